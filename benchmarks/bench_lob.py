@@ -1,0 +1,236 @@
+"""Order-book throughput: JAX book under vmap vs the pure-Python reference book.
+
+Streams: book b replays a window of ``--messages`` consecutive order-flow messages of the
+shipped LOBSTER AMZN day (2012-06-21, level 1; windows start at offsets spread over the
+day), seeded from the orderbook row just before its window. The mix is the day's own:
+new limit orders (type 1), cancels and deletions (types 2-3, by order id, falling back to
+the seeded level), and visible executions (type 4) sent as market orders of the same
+size from the other side, so they go through the matching engine. Hidden executions
+and halts (types 5-7) are left out.
+
+For each number of books the script prints the JAX book's aggregate messages/s
+(``vmap`` over books of a ``lax.scan`` over messages, compile time reported separately)
+for the default fixed-shape matching (``sweep``: cumulative-sum fills) and the
+``while_loop`` alternative (``loop``), and the reference book's messages/s on the same
+streams (sequential, so its aggregate rate does not depend on the number of books; it
+runs on at most ``--ref-books`` of them), then checks that both books end identical.
+
+Run: ``python benchmarks/bench_lob.py`` (a few minutes on 2 CPU cores) or ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import serl_jax
+from serl_jax.lob.book import CANCEL, LIMIT, MARKET, Message, apply_message, book_from_levels
+from serl_jax.lob.lobster import read_lobster
+from serl_jax.lob.reference import ReferenceBook
+
+SAMPLE = Path(serl_jax.__file__).parent / "data" / "sample" / "lobster"
+AMZN = (
+    SAMPLE / "AMZN_2012-06-21_34200000_57600000_message_1.csv.gz",
+    SAMPLE / "AMZN_2012-06-21_34200000_57600000_orderbook_1.csv.gz",
+)
+
+
+def make_streams(n_books: int, n_messages: int, market_scale: int = 1):
+    """Seeds ``(ask_p, ask_s, bid_p, bid_s)`` as ``int32[B, 1]`` and messages ``int32[B, M]``.
+
+    ``market_scale`` multiplies the size of the market orders (deep-sweep stress test).
+    """
+    msgs, ob = read_lobster(*AMZN)
+    keep = np.flatnonzero(
+        (msgs.event_type >= 1) & (msgs.event_type <= 4) & (np.arange(len(msgs)) > 0)
+    )
+    t = msgs.event_type[keep]
+    kind = np.select([t == 1, t <= 3, t == 4], [LIMIT, CANCEL, MARKET]).astype(np.int32)
+    side = np.where(t == 4, -msgs.direction[keep], msgs.direction[keep]).astype(np.int32)
+    qty = np.where(kind == MARKET, msgs.size[keep] * market_scale, msgs.size[keep])
+    cols = dict(
+        kind=kind,
+        side=side,
+        price=msgs.price[keep],
+        qty=qty.astype(np.int32),
+        order_id=msgs.order_id[keep],
+        owner=np.zeros_like(kind),
+    )
+    starts = np.linspace(0, len(keep) - n_messages, n_books).astype(np.int64)
+    window = starts[:, None] + np.arange(n_messages)[None, :]
+    stream = {k: v[window] for k, v in cols.items()}
+    seed_row = keep[starts] - 1
+    seeds = tuple(x[seed_row] for x in (ob.ask_price, ob.ask_size, ob.bid_price, ob.bid_size))
+    return seeds, stream
+
+
+def make_run(capacity: int, max_trades: int, matching: str):
+    """Jitted ``(seeds, msgs) -> books`` over a batch of books."""
+
+    def one(ask_p, ask_s, bid_p, bid_s, msgs):
+        book = book_from_levels(ask_p, ask_s, bid_p, bid_s, capacity)
+
+        def step(carry, m):
+            book, n_trades = carry
+            book, trades = apply_message(book, m, max_trades=max_trades, matching=matching)
+            return (book, n_trades + (trades.qty > 0).sum()), None
+
+        (book, n_trades), _ = jax.lax.scan(step, (book, jnp.int32(0)), msgs)
+        return book, n_trades
+
+    return jax.jit(jax.vmap(one))
+
+
+def time_jax(run, seeds, stream, repeats: int):
+    """Compile once, then the best of ``repeats`` runs; (outputs, seconds, compile seconds)."""
+    args = (
+        *(jnp.asarray(s) for s in seeds),
+        Message(**{k: jnp.asarray(v) for k, v in stream.items()}),
+    )
+    t0 = time.perf_counter()
+    compiled = run.lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        best = min(best, time.perf_counter() - t0)
+    return out, best, compile_s
+
+
+def time_reference(seeds, stream, n_books: int, capacity: int, max_trades: int):
+    """Replay the first ``n_books`` streams through the reference; (books, seconds)."""
+    ask_p, ask_s, bid_p, bid_s = seeds
+    names = ("kind", "side", "price", "qty", "order_id", "owner")
+    rows = [np.stack([stream[k][b] for k in names], 1).tolist() for b in range(n_books)]
+    books = []
+    t0 = time.perf_counter()
+    for b in range(n_books):
+        ref = ReferenceBook.from_levels(
+            zip(ask_p[b].tolist(), ask_s[b].tolist(), strict=True),
+            zip(bid_p[b].tolist(), bid_s[b].tolist(), strict=True),
+            capacity,
+            max_trades,
+        )
+        for row in rows[b]:
+            ref.apply(*row)
+        books.append(ref)
+    return books, time.perf_counter() - t0
+
+
+def check_same(jax_books, ref_books) -> None:
+    """The JAX books (first ``len(ref_books)``) must equal the reference books."""
+    for b, ref in enumerate(ref_books):
+        for name in (
+            "submitted_qty",
+            "filled_qty",
+            "cancelled_qty",
+            "overflow_orders",
+            "missed_cancels",
+            "dropped_trades",
+        ):
+            got = int(getattr(jax_books, name)[b])
+            if got != getattr(ref, name):
+                raise AssertionError(f"book {b}: {name} {got} != reference {getattr(ref, name)}")
+        for side, arrays in ((1, jax_books.bids), (-1, jax_books.asks)):
+            live = np.asarray(arrays.qty[b]) > 0
+            got = list(
+                zip(
+                    np.asarray(arrays.order_id[b])[live].tolist(),
+                    np.asarray(arrays.qty[b])[live].tolist(),
+                    strict=True,
+                )
+            )
+            want = [(o.order_id, o.qty) for o in ref.orders(side)]
+            if got != want:
+                raise AssertionError(f"book {b}: resting orders differ on side {side}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer books and messages")
+    parser.add_argument("--messages", type=int, default=None, help="messages per book")
+    parser.add_argument("--capacity", type=int, default=128, help="order slots per side")
+    parser.add_argument("--max-trades", type=int, default=8)
+    parser.add_argument(
+        "--books",
+        type=str,
+        default=None,
+        help="comma-separated numbers of books (default 1,64,1024,8192)",
+    )
+    parser.add_argument(
+        "--ref-books",
+        type=int,
+        default=None,
+        help="books replayed by the reference (its rate is per message)",
+    )
+    args = parser.parse_args()
+    sizes = (1, 64, 1024) if args.quick else (1, 64, 1024, 8192)
+    if args.books:
+        sizes = tuple(int(b) for b in args.books.split(","))
+    n_messages = args.messages or (200 if args.quick else 500)
+    ref_books = args.ref_books or (64 if args.quick else 256)
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform}; {n_messages} messages/book, "
+        f"capacity {args.capacity}/side, max_trades {args.max_trades}"
+    )
+    runs = {m: make_run(args.capacity, args.max_trades, m) for m in ("sweep", "loop")}
+    header = (
+        f"{'books':>6} | {'sweep msg/s':>12} {'compile s':>9} | {'loop msg/s':>12} "
+        f"{'compile s':>9} | {'reference msg/s':>15} | {'sweep/ref':>9} {'sweep/loop':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for n_books in sizes:
+        seeds, stream = make_streams(n_books, n_messages)
+        total = n_books * n_messages
+        rate, compile_s = {}, {}
+        for name, run in runs.items():
+            repeats = 2 if n_books >= 8192 else 3
+            (books, n_trades), secs, compile_s[name] = time_jax(run, seeds, stream, repeats)
+            rate[name] = total / secs
+            if name == "sweep":
+                sweep_books, sweep_trades = books, int(n_trades.sum())
+        n_ref = min(n_books, ref_books)
+        refs, ref_secs = time_reference(seeds, stream, n_ref, args.capacity, args.max_trades)
+        check_same(sweep_books, refs)
+        ref_rate = n_ref * n_messages / ref_secs
+        print(
+            f"{n_books:>6} | {rate['sweep']:>12,.0f} {compile_s['sweep']:>9.2f} | "
+            f"{rate['loop']:>12,.0f} {compile_s['loop']:>9.2f} | {ref_rate:>15,.0f} | "
+            f"{rate['sweep'] / ref_rate:>8.1f}x {rate['sweep'] / rate['loop']:>9.2f}x",
+            flush=True,
+        )
+        if n_books == 1024:
+            verdict = "met" if rate["sweep"] >= 50 * ref_rate else "NOT met"
+            target = f"target >= 50x the reference at 1024 books: {verdict}"
+        overflow = int(sweep_books.overflow_orders.sum())
+        dropped = int(sweep_books.dropped_trades.sum())
+        if overflow or dropped:
+            print(f"       note: {overflow} orders overflowed, {dropped} trades not recorded")
+    print(
+        f"(last run: {sweep_trades:,} trades; reference replayed {n_ref} books, "
+        "its final books equal the JAX books)"
+    )
+    if 1024 in sizes:
+        print(target)
+    n_books, scale = min(1024, max(sizes)), 10
+    seeds, stream = make_streams(n_books, n_messages, market_scale=scale)
+    rate = {}
+    for name, run in runs.items():
+        (books, n_trades), secs, _ = time_jax(run, seeds, stream, 3)
+        rate[name] = n_books * n_messages / secs
+    print(
+        f"deep sweeps (market orders {scale}x the AMZN size, {n_books} books, "
+        f"{int(n_trades.sum()):,} trades): sweep {rate['sweep']:,.0f} msg/s, "
+        f"loop {rate['loop']:,.0f} msg/s, sweep/loop {rate['sweep'] / rate['loop']:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()

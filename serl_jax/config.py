@@ -1,0 +1,248 @@
+"""Run configuration: YAML presets plus dotted command-line overrides.
+
+A config has six sections. ``env`` takes exactly the fields of
+:class:`serl_jax.envs.execution.EnvParams` (but ``data``) and ``ppo`` those of
+:class:`serl_jax.rl.ppo.PPOConfig`, so there is one place where each knob is defined and
+documented. Unknown keys and values of the wrong type are rejected with a one-line
+``ConfigError`` naming the key::
+
+    cfg = load_config("configs/default.yaml", ["ppo.lr=1e-3", "env.side=-1"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from serl_jax.envs.execution import EnvParams
+from serl_jax.rl.ppo import PPOConfig
+
+
+class ConfigError(ValueError):
+    """A bad configuration file, key or value (one-line message naming the key)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Attributes:
+    seed: master PRNG seed (training seeds are ``seed, seed+1, ...``).
+    num_seeds: policies trained in parallel (vmapped); the best on validation days is kept.
+    out: parent folder of run folders.
+    progress_chunk: PPO updates per jitted chunk between progress-bar refreshes.
+    """
+
+    seed: int = 0
+    num_seeds: int = 2
+    out: str = "runs"
+    progress_chunk: int = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Attributes:
+    markets: datasets to run on, each a folder/file path or ``sample:<name>`` for a
+        shipped sample (``sample:cn_1min``, ``sample:us_1min``); one policy per market.
+    train, val: fractions of each symbol's days (chronological); test gets the rest.
+    min_bars_per_day: days with fewer bars are an error (or dropped, see short_days).
+    short_days: ``"error"`` or ``"drop"`` (dropped days are reported, never silent).
+    vol_window: rolling-volatility window of the features, minutes.
+    """
+
+    markets: tuple[str, ...] = ("sample:cn_1min", "sample:us_1min")
+    train: float = 0.6
+    val: float = 0.2
+    min_bars_per_day: int = 100
+    short_days: str = "error"
+    vol_window: int = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Attributes:
+    hidden_sizes: widths of the actor and critic MLPs.
+    activation: ``tanh``, ``relu`` or ``gelu``.
+    """
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """Attributes:
+    ac_risk_aversion: Almgren–Chriss λ in units of 1/(Q·P) (0 = TWAP).
+    confidence: confidence level of the bootstrap intervals.
+    n_bootstrap: bootstrap resamples.
+    plot_days: test days drawn in the inventory-trajectory plot.
+    """
+
+    ac_risk_aversion: float = 5.0
+    confidence: float = 0.95
+    n_bootstrap: int = 2000
+    plot_days: int = 4
+
+
+ENV_FIELDS = {f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole run configuration (see each section's class for its keys)."""
+
+    run: RunConfig = RunConfig()
+    data: DataConfig = DataConfig()
+    env: Mapping[str, Any] = dataclasses.field(default_factory=lambda: dict(ENV_FIELDS))
+    ppo: PPOConfig = PPOConfig()
+    network: NetworkConfig = NetworkConfig()
+    eval: EvalConfig = EvalConfig()
+
+    def env_params(self, data) -> EnvParams:
+        """``EnvParams`` for the given ``MarketData`` with this config's env section."""
+        return EnvParams(data=data, **self.env)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (lists for tuples), the format of the YAML presets."""
+
+        def plain(x):
+            if isinstance(x, tuple | list):
+                return [plain(v) for v in x]
+            if isinstance(x, Mapping):
+                return {k: plain(v) for k, v in x.items()}
+            return x
+
+        return {
+            "run": plain(dataclasses.asdict(self.run)),
+            "data": plain(dataclasses.asdict(self.data)),
+            "env": plain(dict(self.env)),
+            "ppo": plain(dataclasses.asdict(self.ppo)),
+            "network": plain(dataclasses.asdict(self.network)),
+            "eval": plain(dataclasses.asdict(self.eval)),
+        }
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """Checks ``value`` against the type of ``default``; returns it in that type."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return int(value)
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if isinstance(default, tuple):
+        items = value if isinstance(value, list | tuple) else [value]
+        element = default[0] if default else ""
+        return tuple(_coerce(f"{key}[{i}]", v, element) for i, v in enumerate(items))
+    raise ConfigError(f"{key}: unsupported value {value!r}")
+
+
+def _section(name: str, cls, values: Mapping[str, Any]):
+    """Builds one section from a mapping, rejecting unknown keys and bad types."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{name}: expected a mapping of keys, got {values!r}")
+    if cls is None:  # the env section: EnvParams fields
+        defaults = ENV_FIELDS
+    else:
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(defaults))
+    if unknown:
+        raise ConfigError(f"{name}.{unknown[0]}: unknown key; valid keys: {', '.join(defaults)}")
+    merged = {k: _coerce(f"{name}.{k}", values[k], defaults[k]) for k in values}
+    if cls is None:
+        env = {**defaults, **merged}
+        _check_env(env)
+        return env
+    try:
+        return cls(**merged)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_env(env: Mapping[str, Any]) -> None:
+    """Range checks of the env section that types alone do not catch."""
+    if env["side"] not in (1.0, -1.0):
+        raise ConfigError(f"env.side: expected 1 (sell) or -1 (buy), got {env['side']}")
+    if env["benchmark"] not in ("vwap", "twap"):
+        raise ConfigError(f"env.benchmark: expected 'vwap' or 'twap', got {env['benchmark']!r}")
+    for key in ("order_fraction", "participation_cap", "quantity_low", "lookback"):
+        if env[key] <= 0:
+            raise ConfigError(f"env.{key}: must be > 0, got {env[key]}")
+    if env["quantity_high"] < env["quantity_low"]:
+        raise ConfigError("env.quantity_high: must be >= env.quantity_low")
+    if env["min_window_len"] < 1:
+        raise ConfigError(f"env.min_window_len: must be >= 1, got {env['min_window_len']}")
+
+
+_SECTIONS = {
+    "run": RunConfig,
+    "data": DataConfig,
+    "env": None,
+    "ppo": PPOConfig,
+    "network": NetworkConfig,
+    "eval": EvalConfig,
+}
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> Config:
+    """Builds a :class:`Config` from a nested mapping (missing keys take defaults).
+
+    Raises:
+        ConfigError: unknown section or key, or a value of the wrong type.
+    """
+    unknown = sorted(set(raw) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown section; valid: {', '.join(_SECTIONS)}")
+    return Config(
+        **{name: _section(name, cls, raw.get(name) or {}) for name, cls in _SECTIONS.items()}
+    )
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Applies ``section.key=value`` strings (values parsed as YAML) to a nested dict."""
+    raw = {k: dict(v or {}) for k, v in raw.items()}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        dotted, text = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        raw.setdefault(parts[0], {})[parts[1]] = value
+    return raw
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
+    """Reads a YAML preset (or the defaults when ``path`` is None) and applies overrides.
+
+    Raises:
+        ConfigError: missing or unparseable file, or any error of :func:`config_from_dict`.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    return config_from_dict(apply_overrides(raw, overrides))

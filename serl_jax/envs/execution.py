@@ -1,0 +1,377 @@
+"""Optimal-execution environment over historical minute bars (the "static" market).
+
+A gymnax ``Environment``: ``reset(key, params)`` and ``step(key, state, action, params)``
+are pure, jittable and vmappable; the market data live in ``EnvParams`` so thousands of
+episodes share one copy on the device.
+
+Task. Sell (``side = +1``) or buy (``side = -1``) a parent order of ``Q`` shares within a
+window of ``window_len`` one-minute slots of one trading day. By default the window is
+the whole day and ``Q = order_fraction * expected window volume``, the expected volume
+being the symbol's training-day mean daily volume times its training volume profile
+summed over the window. Augmentation: random sub-windows (``random_window``) and a
+random multiplier on ``Q`` drawn from ``[quantity_low, quantity_high]``.
+
+Timing. At step ``t`` the agent sees bars of slots ``< start + t`` only, chooses
+``a_t ∈ [0, 1]`` (the fraction of the remaining inventory to trade), and its child order
+fills at slot ``s = start + t``.
+
+Cost model (per share, in bps of the minute's price ``p_s``, ``v_s`` the minute's volume)::
+
+    q_s      = min(a_t * I_t, participation_cap * v_s)            # participation cap
+    cost_bps = half_spread_bps + impact_eta_bps * (q_s / v_s) ** impact_exponent
+    p_exec   = p_s * (1 - side * cost_bps * 1e-4)                 # sells get less, buys pay more
+
+At the last step with ``force_liquidation`` the whole remaining inventory trades
+regardless of the cap, with liquidity ``max(v_s, mean_minute_volume)`` in the impact
+term (so an illiquid last minute stays finite) and ``force_penalty_bps`` added to the
+cost. Without it the remainder stays unfilled and is counted in AFI. ``cost_bps`` is
+clipped at ``max_cost_bps`` so execution prices stay positive.
+
+Benchmark. ``P~`` is the market VWAP over the order window (``benchmark="twap"``: the
+mean price); a window with no volume falls back to TWAP. It uses the whole window
+(hindsight), which is fine for a reward and the metrics but never enters observations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment, spaces
+
+from serl_jax.envs.market_data import MarketData
+
+NUM_PRIVATE_FEATURES = 3  # (T - t)/T, I_t/Q, price move since arrival (percent)
+
+
+@struct.dataclass
+class EnvParams:
+    """Parameters of :class:`ExecutionEnv` (all pytree leaves but ``lookback``/``benchmark``).
+
+    Attributes:
+        data: the episodes to replay (``MarketData``).
+        side: +1.0 sell, -1.0 buy.
+        order_fraction: Q as a fraction of the window's expected volume.
+        quantity_low, quantity_high: range of the uniform multiplier on Q (1.0, 1.0 = fixed).
+        random_window: draw a random sub-window ``[start, start + window_len)`` at reset.
+        min_window_len: shortest random window, in slots.
+        half_spread_bps: half the bid-ask spread paid on every share, bps.
+        impact_eta_bps: temporary impact at 100% participation, bps.
+        impact_exponent: k in ``eta * (q/v)^k`` (0.5 = square-root law).
+        participation_cap: the most a child order may take of the minute's volume.
+        force_liquidation: trade the remainder at the last step (else leave it unfilled).
+        force_penalty_bps: extra cost on the forced trade, bps.
+        max_cost_bps: upper clip of the per-share cost, bps.
+        concentration_penalty: c in the reward's ``-c * (q_t/Q)^2`` term (Qlib PAPenalty).
+        terminal_penalty_bps: reward penalty per unit fraction of Q left at the end, bps.
+        reward_scale: multiplies the whole reward (rewards are in bps before scaling).
+        lookback: number of past slots of market features in the observation (static).
+        benchmark: ``"vwap"`` or ``"twap"`` (static).
+    """
+
+    data: MarketData
+    side: float = 1.0
+    order_fraction: float = 0.05
+    quantity_low: float = 1.0
+    quantity_high: float = 1.0
+    random_window: bool = False
+    min_window_len: int = 30
+    half_spread_bps: float = 2.0
+    impact_eta_bps: float = 50.0
+    impact_exponent: float = 0.5
+    participation_cap: float = 0.2
+    force_liquidation: bool = True
+    force_penalty_bps: float = 10.0
+    max_cost_bps: float = 5000.0
+    concentration_penalty: float = 100.0
+    terminal_penalty_bps: float = 100.0
+    reward_scale: float = 0.1
+    lookback: int = struct.field(pytree_node=False, default=10)
+    benchmark: str = struct.field(pytree_node=False, default="vwap")
+
+
+@struct.dataclass
+class EnvState:
+    """State of one execution episode (scalars; a batch under ``vmap``).
+
+    Attributes:
+        time: steps taken in the window, int32 (gymnax's name for t).
+        episode: index of the symbol-day in ``params.data``, int32.
+        start: first slot of the window, int32.
+        window_len: number of slots in the window (T of the task), int32.
+        quantity: parent-order size Q, shares.
+        inventory: remaining shares I_t.
+        executed: shares executed so far.
+        notional: sum of q * p_exec over the child fills so far, currency.
+        benchmark_price: P~ of the window (VWAP or TWAP), currency per share.
+        arrival_price: price of the last bar before the window (first bar if none).
+        last_qty: shares executed by the last step.
+        last_price: execution price of the last step (market price if nothing traded).
+        last_market_price: the market price of the last step's slot.
+    """
+
+    time: jnp.ndarray
+    episode: jnp.ndarray
+    start: jnp.ndarray
+    window_len: jnp.ndarray
+    quantity: jnp.ndarray
+    inventory: jnp.ndarray
+    executed: jnp.ndarray
+    notional: jnp.ndarray
+    benchmark_price: jnp.ndarray
+    arrival_price: jnp.ndarray
+    last_qty: jnp.ndarray
+    last_price: jnp.ndarray
+    last_market_price: jnp.ndarray
+
+
+RewardFn = Callable[[EnvState, jnp.ndarray, EnvState, EnvParams], jnp.ndarray]
+
+
+def safe_divide(numerator: jnp.ndarray, denominator: jnp.ndarray) -> jnp.ndarray:
+    """``numerator / denominator`` where the denominator is positive, else 0."""
+    positive = denominator > 0
+    return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
+
+
+def step_price_advantage(state: EnvState, params: EnvParams) -> jnp.ndarray:
+    """PA of the last child fill against the order benchmark, bps.
+
+    ``PA_t = side * (p_exec_t / P~ - 1) * 1e4`` (the design doc's PA applied to one fill).
+    """
+    return params.side * (state.last_price / state.benchmark_price - 1.0) * 1e4
+
+
+def order_price_advantage(state: EnvState, params: EnvParams) -> jnp.ndarray:
+    """PA of the parent order so far, bps: ``side * (P_exec / P~ - 1) * 1e4``.
+
+    ``P_exec = notional / executed``; 0 when nothing executed (the unfilled part is
+    charged through AFI, as in :func:`serl_jax.metrics.price_advantage`).
+    """
+    avg_price = safe_divide(state.notional, state.executed)
+    pa = params.side * (avg_price / state.benchmark_price - 1.0) * 1e4
+    return jnp.where(state.executed > 0, pa, 0.0)
+
+
+def default_reward(
+    prev_state: EnvState, action: jnp.ndarray, next_state: EnvState, params: EnvParams
+) -> jnp.ndarray:
+    """The default reward slot: per-step price advantage with concentration penalties.
+
+    After Qlib's ``PAPenaltyReward`` (qlib/rl/order_execution/reward.py)::
+
+        r_t = scale * [ PA_t * q_t/Q - c * (q_t/Q)^2 - 1{t = T-1} * terminal_penalty_bps * I_T/Q ]
+
+    with ``PA_t`` the fill's price advantage in bps (:func:`step_price_advantage`). For a
+    fully executed order the undiscounted sum of the first term is exactly the order's PA.
+
+    Args:
+        prev_state: state before the step.
+        action: the action taken, float32 scalar in [0, 1] (unused by the default).
+        next_state: state after the step (``last_qty``, ``last_price`` describe the fill).
+        params: environment parameters.
+
+    Returns:
+        float32 scalar reward.
+    """
+    del prev_state, action
+    fraction = safe_divide(next_state.last_qty, next_state.quantity)
+    pa_term = step_price_advantage(next_state, params) * fraction
+    concentration = params.concentration_penalty * fraction**2
+    done = next_state.time >= next_state.window_len
+    leftover = safe_divide(next_state.inventory, next_state.quantity)
+    terminal = jnp.where(done, params.terminal_penalty_bps * leftover, 0.0)
+    return params.reward_scale * (pa_term - concentration - terminal)
+
+
+class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
+    """Parent-order execution on replayed minute bars (see the module docstring).
+
+    Args:
+        reward_fn: the reward slot, a pure function
+            ``reward(prev_state, action, next_state, params) -> float32 scalar``;
+            :func:`default_reward` unless replaced (e.g. by validated LLM code).
+
+    Observation: float32 ``[3 + lookback * F]``: ``(T - t)/T``, ``I_t/Q``, the move of the
+    last seen price since arrival in percent, then the normalized market features of the
+    ``lookback`` slots before the current one (zeros before the day's first bar).
+    """
+
+    def __init__(self, reward_fn: RewardFn = default_reward):
+        super().__init__()
+        self.reward_fn = reward_fn
+
+    @property
+    def default_params(self) -> EnvParams:
+        raise ValueError(
+            "ExecutionEnv has no default market: pass EnvParams(data=MarketData...) explicitly"
+        )
+
+    def init_state(
+        self,
+        params: EnvParams,
+        episode: jnp.ndarray,
+        start: jnp.ndarray,
+        window_len: jnp.ndarray,
+        quantity_multiplier: jnp.ndarray = 1.0,
+    ) -> EnvState:
+        """The state at the start of an order on a given symbol-day and window.
+
+        Args:
+            params: environment parameters.
+            episode: int32 index into ``params.data``.
+            start: int32 first slot of the window.
+            window_len: int32 number of slots (``start + window_len <= T``).
+            quantity_multiplier: multiplies ``order_fraction * expected window volume``.
+
+        Returns:
+            The initial ``EnvState``.
+        """
+        data = params.data
+        slots = jnp.arange(data.num_slots)
+        in_window = (slots >= start) & (slots < start + window_len)
+        price = data.price[episode]
+        volume = data.volume[episode] * in_window
+        twap = jnp.sum(price * in_window) / jnp.maximum(jnp.sum(in_window), 1)
+        vwap = jnp.where(
+            jnp.sum(volume) > 0, safe_divide(jnp.sum(price * volume), jnp.sum(volume)), twap
+        )
+        benchmark = twap if params.benchmark == "twap" else vwap
+        expected_volume = data.expected_day_volume[episode] * jnp.sum(
+            data.volume_profile[episode] * in_window
+        )
+        quantity = params.order_fraction * quantity_multiplier * expected_volume
+        arrival = price[jnp.maximum(start - 1, 0)]
+        zero = jnp.zeros((), jnp.float32)
+        return EnvState(
+            time=jnp.zeros((), jnp.int32),
+            episode=jnp.asarray(episode, jnp.int32),
+            start=jnp.asarray(start, jnp.int32),
+            window_len=jnp.asarray(window_len, jnp.int32),
+            quantity=quantity.astype(jnp.float32),
+            inventory=quantity.astype(jnp.float32),
+            executed=zero,
+            notional=zero,
+            benchmark_price=benchmark.astype(jnp.float32),
+            arrival_price=arrival.astype(jnp.float32),
+            last_qty=zero,
+            last_price=arrival.astype(jnp.float32),
+            last_market_price=arrival.astype(jnp.float32),
+        )
+
+    def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
+        """Draws a symbol-day, a window and Q; returns ``(obs, state)``."""
+        key_ep, key_start, key_len, key_qty = jax.random.split(key, 4)
+        n_slots = params.data.num_slots
+        episode = jax.random.randint(key_ep, (), 0, params.data.num_episodes)
+        min_len = jnp.clip(params.min_window_len, 1, n_slots)
+        rand_start = jax.random.randint(key_start, (), 0, n_slots - min_len + 1)
+        rand_len = jax.random.randint(key_len, (), min_len, n_slots - rand_start + 1)
+        start = jnp.where(params.random_window, rand_start, 0)
+        window_len = jnp.where(params.random_window, rand_len, n_slots)
+        multiplier = jax.random.uniform(
+            key_qty, (), minval=params.quantity_low, maxval=params.quantity_high
+        )
+        state = self.init_state(params, episode, start, window_len, multiplier)
+        return self.get_obs(state, params), state
+
+    def step_env(
+        self, key: jax.Array, state: EnvState, action: jnp.ndarray, params: EnvParams
+    ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, dict[str, Any]]:
+        """Executes one child order; returns ``(obs, state, reward, terminated, info)``.
+
+        ``info`` holds per-step ``exec_qty`` (shares), ``exec_price``, ``market_price``,
+        ``benchmark_price`` and, for the metrics, the order's ``quantity``, ``executed``,
+        ``notional`` and ``order_pa`` (bps, meaningful when ``terminated``).
+        """
+        del key
+        data = params.data
+        slot = jnp.minimum(state.start + state.time, data.num_slots - 1)
+        price = data.price[state.episode, slot]
+        volume = data.volume[state.episode, slot]
+        fraction = jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)
+        is_last = state.time + 1 >= state.window_len
+        forced = jnp.logical_and(params.force_liquidation, is_last)
+        capped = jnp.minimum(fraction * state.inventory, params.participation_cap * volume)
+        qty = jnp.where(forced, state.inventory, capped)
+        liquidity = jnp.where(
+            forced, jnp.maximum(volume, data.mean_minute_volume[state.episode]), volume
+        )
+        participation = safe_divide(qty, liquidity)
+        cost_bps = (
+            params.half_spread_bps
+            + params.impact_eta_bps * participation**params.impact_exponent
+            + jnp.where(forced, params.force_penalty_bps, 0.0)
+        )
+        cost_bps = jnp.minimum(cost_bps, params.max_cost_bps)
+        exec_price = price * (1.0 - params.side * cost_bps * 1e-4)
+        inventory = jnp.where(forced, 0.0, state.inventory - qty)
+        next_state = state.replace(
+            time=state.time + 1,
+            inventory=inventory,
+            executed=state.quantity - inventory,  # so executed + remaining = Q exactly
+            notional=state.notional + qty * exec_price,
+            last_qty=qty,
+            last_price=jnp.where(qty > 0, exec_price, price),
+            last_market_price=price,
+        )
+        reward = self.reward_fn(state, fraction, next_state, params)
+        terminated = self.is_terminated(next_state, params)
+        info = {
+            "exec_qty": qty,
+            "exec_price": exec_price,
+            "market_price": price,
+            "benchmark_price": next_state.benchmark_price,
+            "quantity": next_state.quantity,
+            "executed": next_state.executed,
+            "notional": next_state.notional,
+            "order_pa": order_price_advantage(next_state, params),
+        }
+        return self.get_obs(next_state, params), next_state, reward, terminated, info
+
+    def get_obs(
+        self, state: EnvState, params: EnvParams, key: jax.Array | None = None
+    ) -> jnp.ndarray:
+        """Observation ``[3 + lookback * F]`` float32 (see the class docstring)."""
+        del key
+        data = params.data
+        slot = state.start + state.time
+        time_left = safe_divide(
+            (state.window_len - state.time).astype(jnp.float32),
+            state.window_len.astype(jnp.float32),
+        )
+        inventory_left = safe_divide(state.inventory, state.quantity)
+        last_seen = data.price[state.episode, jnp.clip(slot - 1, 0, data.num_slots - 1)]
+        move_pct = jnp.where(slot > 0, (last_seen / state.arrival_price - 1.0) * 100.0, 0.0)
+        past = slot - params.lookback + jnp.arange(params.lookback)
+        features = data.features[state.episode, jnp.clip(past, 0, data.num_slots - 1)]
+        features = jnp.where((past >= 0)[:, None], features, 0.0)
+        private = jnp.stack([time_left, inventory_left, move_pct])
+        return jnp.concatenate([private, features.reshape(-1)]).astype(jnp.float32)
+
+    def is_terminated(self, state: EnvState, params: EnvParams) -> jnp.ndarray:
+        """The order ends when its window is over."""
+        return state.time >= state.window_len
+
+    def is_truncated(self, state: EnvState, params: EnvParams) -> jnp.ndarray:
+        """No time-limit truncation: the window end is the task's natural end."""
+        return jnp.zeros((), jnp.bool_)
+
+    @property
+    def name(self) -> str:
+        return "ExecutionEnv"
+
+    def observation_size(self, params: EnvParams) -> int:
+        """Length of the observation vector, ``3 + lookback * F``."""
+        return NUM_PRIVATE_FEATURES + params.lookback * params.data.num_features
+
+    def action_space(self, params: EnvParams | None = None) -> spaces.Box:
+        """``a ∈ [0, 1]``: the fraction of the remaining inventory to trade."""
+        return spaces.Box(0.0, 1.0, (), jnp.float32)
+
+    def observation_space(self, params: EnvParams) -> spaces.Box:
+        """Unbounded float32 box of size :meth:`observation_size`."""
+        return spaces.Box(-jnp.inf, jnp.inf, (self.observation_size(params),), jnp.float32)

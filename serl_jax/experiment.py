@@ -1,0 +1,184 @@
+"""Training with seed selection and policy evaluation: the steps both CLIs share.
+
+``train_policy`` trains ``run.num_seeds`` PPO policies in parallel (one ``vmap`` over
+seeds, updates in jitted chunks so progress can be shown), then keeps the seed with the
+best PA on the validation days. ``evaluate_policies`` runs any set of policies through
+the same vectorized rollout and scores them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from serl_jax.baselines import almgren_chriss_policy, twap_policy, vwap_policy
+from serl_jax.config import Config
+from serl_jax.envs.execution import EnvParams, ExecutionEnv
+from serl_jax.evaluation import Rollout, rollout
+from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage
+from serl_jax.rl.networks import make_network
+from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
+from serl_jax.rl.ppo import make_trainer
+
+
+@dataclass
+class TrainedPolicy:
+    """The outcome of :func:`train_policy`.
+
+    Attributes:
+        network: the flax module (network slot) that was trained.
+        policy_params: parameters of the selected seed (no seed axis).
+        selected_seed: index of the selected seed.
+        validation_pa: ``[num_seeds]`` mean PA (bps) of each seed on validation days.
+        curves: per-update training metrics, each ``[num_seeds, num_updates]`` float32.
+        compile_seconds: time to compile init and one update chunk.
+        train_seconds: time spent running updates (compilation excluded).
+        env_steps: environment steps taken over all seeds.
+    """
+
+    network: Any
+    policy_params: PPOPolicyParams
+    selected_seed: int
+    validation_pa: np.ndarray
+    curves: dict[str, np.ndarray]
+    compile_seconds: float
+    train_seconds: float
+    env_steps: int
+
+
+def train_policy(
+    cfg: Config,
+    env: ExecutionEnv,
+    train_params: EnvParams,
+    val_params: EnvParams,
+    *,
+    progress: bool = True,
+    description: str = "PPO",
+) -> TrainedPolicy:
+    """Trains ``cfg.run.num_seeds`` policies on training days and selects on validation.
+
+    Args:
+        cfg: run configuration (``ppo``, ``network``, ``run`` sections are used).
+        env: the execution environment (its reward slot is used).
+        train_params: env parameters over the training episodes (random windows and
+            quantities as configured).
+        val_params: env parameters over the validation episodes.
+        progress: show a tqdm progress bar over updates.
+        description: label of the progress bar.
+
+    Returns:
+        A :class:`TrainedPolicy`.
+    """
+    network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+    trainer = make_trainer(cfg.ppo, env, train_params, network)
+    n_updates = cfg.ppo.num_updates
+    chunk = max(1, min(cfg.run.progress_chunk, n_updates))
+    keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
+
+    def run_chunk(runner, length):
+        return jax.lax.scan(lambda r, _: trainer.update(r), runner, None, length)
+
+    init = jax.jit(jax.vmap(trainer.init))
+    step_chunk = jax.jit(jax.vmap(lambda r: run_chunk(r, chunk)))
+    t0 = time.perf_counter()
+    runner = init(keys)
+    step_chunk = step_chunk.lower(runner).compile()
+    remainder = n_updates % chunk
+    step_rest = (
+        jax.jit(jax.vmap(lambda r: run_chunk(r, remainder))).lower(runner).compile()
+        if remainder
+        else None
+    )
+    compile_seconds = time.perf_counter() - t0
+
+    history: list[dict[str, np.ndarray]] = []
+    t0 = time.perf_counter()
+    with tqdm(total=n_updates, desc=description, unit="upd", disable=not progress) as bar:
+        done = 0
+        while done < n_updates:
+            fn, length = (
+                (step_chunk, chunk) if n_updates - done >= chunk else (step_rest, remainder)
+            )
+            runner, metrics = fn(runner)
+            metrics = jax.device_get(metrics)
+            history.append(metrics)
+            done += length
+            bar.update(length)
+            last_pa = metrics["order_pa"][:, -1]
+            if np.isfinite(last_pa).any():  # NaN when no episode finished in the rollout
+                bar.set_postfix(order_pa=f"{np.nanmean(last_pa):.2f}bps")
+    jax.block_until_ready(runner)
+    train_seconds = time.perf_counter() - t0
+    curves = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
+
+    all_params = PPOPolicyParams(params=runner.train_state.params, obs_stats=runner.obs_stats)
+    policy = make_ppo_policy(network, cfg.ppo.normalize_obs)
+    seed_rollouts = jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
+        all_params
+    )
+    validation_pa = np.array(
+        [
+            price_advantage(_seed_rollout(seed_rollouts, i).outcomes(float(val_params.side))).mean()
+            for i in range(cfg.run.num_seeds)
+        ]
+    )
+    best = int(np.argmax(validation_pa))
+    return TrainedPolicy(
+        network=network,
+        policy_params=jax.tree.map(lambda x: x[best], all_params),
+        selected_seed=best,
+        validation_pa=validation_pa,
+        curves=curves,
+        compile_seconds=compile_seconds,
+        train_seconds=train_seconds,
+        env_steps=n_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * cfg.run.num_seeds,
+    )
+
+
+def _seed_rollout(batched: Rollout, seed: int) -> Rollout:
+    return jax.tree.map(lambda x: x[seed], batched)
+
+
+def baseline_policies(cfg: Config) -> dict[str, tuple[Any, Any]]:
+    """The classic baselines as ``{name: (policy_fn, policy_params)}``."""
+    return {
+        "TWAP": (twap_policy, None),
+        "VWAP": (vwap_policy, None),
+        "AC": (almgren_chriss_policy, jnp.float32(cfg.eval.ac_risk_aversion)),
+    }
+
+
+def evaluate_policies(
+    cfg: Config,
+    env: ExecutionEnv,
+    env_params: EnvParams,
+    policies: dict[str, tuple[Any, Any]],
+) -> dict[str, tuple[ExecutionMetrics, Rollout]]:
+    """Runs each policy on every episode of ``env_params`` and scores it.
+
+    Args:
+        cfg: run configuration (``eval`` section: confidence level, bootstrap size).
+        env: the execution environment.
+        env_params: parameters over the evaluation episodes (one whole-day order each).
+        policies: ``{name: (policy_fn, policy_params)}``.
+
+    Returns:
+        ``{name: (metrics, rollout)}`` in the order given.
+    """
+    results = {}
+    for name, (policy, params) in policies.items():
+        result = jax.device_get(rollout(env, policy, params, env_params, jax.random.PRNGKey(0)))
+        metrics = compute_metrics(
+            result.outcomes(float(env_params.side)),
+            confidence=cfg.eval.confidence,
+            n_bootstrap=cfg.eval.n_bootstrap,
+            seed=cfg.run.seed,
+        )
+        results[name] = (metrics, result)
+    return results

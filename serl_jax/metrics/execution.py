@@ -1,0 +1,505 @@
+"""Order-execution metrics: PA, PA-std, WR, GLR, AFI with bootstrap confidence intervals.
+
+Plain NumPy (no JAX): metrics are computed once per evaluation on the host, from the
+per-order totals that the environment's ``info`` carries (shares and cash executed per
+step, benchmark prices). Definitions follow the design card and the SE-RL seed paper
+(Qlib's ``PA`` indicator):
+
+* Side ``d``: ``+1`` for a sell order, ``-1`` for a buy order.
+* Average execution price of order ``i``: ``P̄_i = notional_i / executed_i``.
+* Price advantage in basis points: ``PA_i = d_i · (P̄_i / P̃_i − 1) · 1e4`` with ``P̃_i``
+  the benchmark price (interval VWAP by default, TWAP as an option; see :func:`vwap`,
+  :func:`twap`). Positive is good for both sides: a seller sold above the benchmark, a
+  buyer bought below it.
+* ``PA`` = mean of ``PA_i``; ``PA_std`` = sample standard deviation (``ddof=1``; 0 for a
+  single order); ``WR`` = share of orders with ``PA_i > 0``;
+  ``GLR = mean(PA_i | PA_i > 0) / |mean(PA_i | PA_i < 0)|``;
+  ``AFI = mean((Q_i − executed_i) / Q_i)`` (average fraction of the order left unfilled).
+
+Edge cases (chosen so that no order is silently dropped):
+
+* An order with ``executed == 0`` has ``PA_i = 0`` (no execution price exists); it counts
+  in every mean and as a non-win in WR, and is charged in full through AFI (unfilled
+  fraction 1).
+* A partially filled order's PA is measured over the shares it did execute (Qlib's
+  convention); the unfilled part shows up in AFI only.
+* Orders with ``PA_i == 0`` exactly are neither wins nor losses for GLR.
+* GLR is ``inf`` when there are winners but no losers, ``0`` when there are losers but no
+  winners, and ``nan`` when there are neither (every ``PA_i == 0``).
+
+Confidence intervals are percentile-bootstrap intervals over orders (resampling orders with
+replacement, ``n_bootstrap`` resamples from a seeded ``numpy.random.Generator``, so the same
+inputs and seed give identical intervals). For GLR, resamples where GLR is undefined (``nan``)
+are left out of the interval; ``inf`` resamples are kept (the upper bound may be ``inf``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Estimate",
+    "ExecutionMetrics",
+    "OrderOutcomes",
+    "compute_metrics",
+    "format_table",
+    "price_advantage",
+    "twap",
+    "vwap",
+]
+
+_BPS = 1e4
+_FILL_TOL = 1e-6  # executed may exceed Q by this relative amount (float accumulation).
+_METRIC_NAMES = ("PA", "PA_std", "WR", "GLR", "AFI")
+# Upper bound on elements per bootstrap chunk (resamples x orders), to bound memory.
+_CHUNK_ELEMENTS = 2_000_000
+
+
+# --------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderOutcomes:
+    """Per-order execution totals for ``n`` parent orders (all 1-D float64, length ``n``).
+
+    Arrays are converted to read-only float64 NumPy arrays on construction (JAX arrays and
+    lists are accepted) and validated; a bad field raises a one-line ``ValueError`` naming it.
+
+    Attributes:
+        side: ``[n]`` order side, ``+1.0`` sell or ``-1.0`` buy.
+        quantity: ``[n]`` parent order size ``Q`` in shares, ``> 0``.
+        executed: ``[n]`` shares executed, ``0 <= executed <= Q · (1 + 1e-6)``.
+        notional: ``[n]`` cash value of the fills, ``Σ q · p_exec`` over the order's child
+            fills, in currency, ``>= 0`` (and ``0`` when ``executed == 0``).
+        benchmark: ``[n]`` benchmark price ``P̃`` per share (currency/share), ``> 0``.
+    """
+
+    side: np.ndarray
+    quantity: np.ndarray
+    executed: np.ndarray
+    notional: np.ndarray
+    benchmark: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = None
+        for field in dataclasses.fields(self):
+            name = field.name
+            try:
+                arr = np.array(getattr(self, name), dtype=np.float64)
+            except (TypeError, ValueError) as err:
+                raise ValueError(
+                    f"OrderOutcomes.{name}: not convertible to float64 ({err})"
+                ) from err
+            if arr.ndim != 1:
+                raise ValueError(
+                    f"OrderOutcomes.{name}: expected a 1-D array, got shape {arr.shape}"
+                )
+            if n is None:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise ValueError(
+                    f"OrderOutcomes.{name}: length {arr.shape[0]} differs from side's length {n}"
+                )
+            bad = ~np.isfinite(arr)
+            if bad.any():
+                raise ValueError(
+                    f"OrderOutcomes.{name}: non-finite value at order {int(np.argmax(bad))}"
+                )
+            arr.setflags(write=False)
+            object.__setattr__(self, name, arr)
+
+        def _check(name: str, ok: np.ndarray, what: str) -> None:
+            if not ok.all():
+                i = int(np.argmin(ok))
+                value = float(getattr(self, name)[i])
+                raise ValueError(f"OrderOutcomes.{name}: order {i} has {value!r}, expected {what}")
+
+        _check("side", (self.side == 1.0) | (self.side == -1.0), "+1 (sell) or -1 (buy)")
+        _check("quantity", self.quantity > 0, "> 0 shares")
+        _check("executed", self.executed >= 0, ">= 0 shares")
+        _check(
+            "executed",
+            self.executed <= self.quantity * (1.0 + _FILL_TOL),
+            "<= quantity (1e-6 relative tolerance)",
+        )
+        _check("notional", self.notional >= 0, ">= 0")
+        _check("notional", (self.executed > 0) | (self.notional == 0), "0 when executed == 0")
+        _check("benchmark", self.benchmark > 0, "> 0 (a price)")
+
+    @property
+    def n_orders(self) -> int:
+        """Number of orders ``n``."""
+        return int(self.side.shape[0])
+
+    @classmethod
+    def from_fills(
+        cls,
+        side: Any,
+        quantity: Any,
+        shares: Any,
+        cash: Any,
+        benchmark: Any,
+    ) -> OrderOutcomes:
+        """Builds outcomes from per-step fills, e.g. an environment rollout's ``info``.
+
+        Args:
+            side: ``[n]`` or scalar, ``+1`` sell / ``-1`` buy (broadcast to ``n``).
+            quantity: ``[n]`` or scalar parent order size ``Q`` in shares.
+            shares: ``[n, T]`` shares executed at each step.
+            cash: ``[n, T]`` cash value ``q · p_exec`` of each step's fill.
+            benchmark: ``[n]`` or scalar benchmark price per share.
+
+        Returns:
+            ``OrderOutcomes`` with ``executed = shares.sum(-1)`` and ``notional = cash.sum(-1)``
+            (summed in float64).
+        """
+        shares = np.asarray(shares, dtype=np.float64)
+        cash = np.asarray(cash, dtype=np.float64)
+        if shares.ndim != 2 or cash.shape != shares.shape:
+            raise ValueError(
+                f"OrderOutcomes.from_fills: shares and cash must both be [n, T], got "
+                f"{shares.shape} and {cash.shape}"
+            )
+        n = shares.shape[0]
+
+        def _vec(name: str, x: Any) -> np.ndarray:
+            arr = np.asarray(x, dtype=np.float64)
+            if arr.ndim == 0:
+                return np.full(n, float(arr))
+            if arr.shape != (n,):
+                raise ValueError(
+                    f"OrderOutcomes.{name}: expected shape ({n},) or scalar, got {arr.shape}"
+                )
+            return arr
+
+        return cls(
+            side=_vec("side", side),
+            quantity=_vec("quantity", quantity),
+            executed=shares.sum(axis=-1),
+            notional=cash.sum(axis=-1),
+            benchmark=_vec("benchmark", benchmark),
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Benchmarks
+# --------------------------------------------------------------------------------------
+
+
+def _window_array(name: str, x: Any) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 0 or arr.shape[-1] == 0:
+        raise ValueError(
+            f"{name}: expected a non-empty window along the last axis, got shape {arr.shape}"
+        )
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name}: contains NaN or inf")
+    return arr
+
+
+def twap(price: Any) -> np.ndarray | float:
+    """Time-weighted average price of a window: the plain mean of the per-step prices.
+
+    Args:
+        price: ``[..., T]`` per-step prices (currency/share), finite; the window is the last axis.
+
+    Returns:
+        ``[...]`` TWAP per window (a Python float for a 1-D input), float64.
+    """
+    p = _window_array("twap: price", price)
+    out = p.mean(axis=-1)
+    return float(out) if out.ndim == 0 else out
+
+
+def vwap(price: Any, volume: Any) -> np.ndarray | float:
+    """Volume-weighted average price of a window: ``Σ_t p_t v_t / Σ_t v_t``.
+
+    A window whose total volume is 0 falls back to its TWAP (mean price), so the benchmark
+    is always defined.
+
+    Args:
+        price: ``[..., T]`` per-step prices (currency/share), finite; window on the last axis.
+        volume: ``[..., T]`` per-step traded volume (shares), finite and ``>= 0``; same shape.
+
+    Returns:
+        ``[...]`` VWAP per window (a Python float for 1-D inputs), float64.
+    """
+    p = _window_array("vwap: price", price)
+    v = _window_array("vwap: volume", volume)
+    if p.shape != v.shape:
+        raise ValueError(f"vwap: price shape {p.shape} differs from volume shape {v.shape}")
+    if (v < 0).any():
+        raise ValueError("vwap: volume contains negative values")
+    total = v.sum(axis=-1)
+    has_volume = total > 0
+    out = np.where(
+        has_volume,
+        (p * v).sum(axis=-1) / np.where(has_volume, total, 1.0),
+        p.mean(axis=-1),
+    )
+    return float(out) if out.ndim == 0 else out
+
+
+# --------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------
+
+
+def price_advantage(outcomes: OrderOutcomes) -> np.ndarray:
+    """Per-order price advantage in basis points.
+
+    ``PA_i = d_i · (P̄_i / P̃_i − 1) · 1e4`` with ``P̄_i = notional_i / executed_i``. Orders with
+    ``executed_i == 0`` get ``PA_i = 0`` (they are charged through AFI instead); partially filled
+    orders are measured over their executed shares.
+
+    Args:
+        outcomes: per-order totals.
+
+    Returns:
+        ``[n]`` float64 PA in bps.
+    """
+    executed = outcomes.executed
+    filled = executed > 0
+    avg_price = outcomes.notional / np.where(filled, executed, 1.0)
+    pa = outcomes.side * (avg_price / outcomes.benchmark - 1.0) * _BPS
+    return np.where(filled, pa, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a confidence interval ``[low, high]`` (``nan`` when unavailable)."""
+
+    value: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, float | None]:
+        """``{"value", "ci_low", "ci_high"}`` with non-finite floats mapped to ``None``."""
+        return {
+            "value": _json_float(self.value),
+            "ci_low": _json_float(self.low),
+            "ci_high": _json_float(self.high),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionMetrics:
+    """Execution metrics over a set of orders, each with a bootstrap confidence interval.
+
+    Attributes:
+        PA: mean price advantage (bps).
+        PA_std: sample standard deviation of PA (bps, ``ddof=1``; 0 for one order).
+        WR: win ratio, share of orders with ``PA_i > 0`` (in ``[0, 1]``).
+        GLR: gain-loss ratio ``mean(PA | PA > 0) / |mean(PA | PA < 0)|`` (``inf``: no losers
+            but some winners; ``0``: losers but no winners; ``nan``: neither).
+        AFI: average fraction of the order left unfilled (in ``[0, 1]``).
+        n_orders: number of orders.
+        confidence: confidence level of the intervals (e.g. 0.95).
+    """
+
+    PA: Estimate
+    PA_std: Estimate
+    WR: Estimate
+    GLR: Estimate
+    AFI: Estimate
+    n_orders: int
+    confidence: float = 0.95
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dictionary.
+
+        Keys ``PA``, ``PA_std``, ``WR``, ``GLR``, ``AFI`` each map to
+        ``{"value", "ci_low", "ci_high"}``; ``n_orders`` is an int. Non-finite floats (e.g. GLR
+        ``inf`` with no losing orders, ``nan`` when undefined) become ``None`` so the result
+        passes ``json.dumps(..., allow_nan=False)``.
+        """
+        out: dict[str, Any] = {name: getattr(self, name).to_dict() for name in _METRIC_NAMES}
+        out["n_orders"] = int(self.n_orders)
+        return out
+
+
+def _json_float(x: float) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _statistics(pa: np.ndarray, unfilled: np.ndarray) -> dict[str, np.ndarray]:
+    """Metric values along the last axis (orders); leading axes are resamples."""
+    n = pa.shape[-1]
+    mean = pa.mean(axis=-1)
+    if n > 1:
+        std = pa.std(axis=-1, ddof=1)
+    else:
+        std = np.zeros_like(mean)
+    win = pa > 0
+    loss = pa < 0
+    n_win = win.sum(axis=-1)
+    n_loss = loss.sum(axis=-1)
+    mean_gain = np.where(win, pa, 0.0).sum(axis=-1) / np.maximum(n_win, 1)
+    mean_loss = -np.where(loss, pa, 0.0).sum(axis=-1) / np.maximum(n_loss, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        glr = np.where(
+            n_loss > 0,
+            mean_gain / np.where(n_loss > 0, mean_loss, 1.0),
+            np.where(n_win > 0, np.inf, np.nan),
+        )
+    return {
+        "PA": mean,
+        "PA_std": std,
+        "WR": n_win / n,
+        "GLR": glr,
+        "AFI": unfilled.mean(axis=-1),
+    }
+
+
+def _percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    samples = samples[~np.isnan(samples)]
+    if samples.size == 0:
+        return math.nan, math.nan
+    q = [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0]
+    # Linear interpolation between an ``inf`` and a finite order statistic is ill-defined,
+    # so samples with infinities use the plain order statistic (inverted CDF).
+    method = "linear" if np.isfinite(samples).all() else "inverted_cdf"
+    low, high = np.quantile(samples, q, method=method)
+    return float(low), float(high)
+
+
+def compute_metrics(
+    outcomes: OrderOutcomes,
+    confidence: float = 0.95,
+    n_bootstrap: int = 2000,
+    seed: int = 0,
+) -> ExecutionMetrics:
+    """Computes PA, PA-std, WR, GLR and AFI with percentile-bootstrap confidence intervals.
+
+    The interval of each metric is the ``[(1 − c)/2, (1 + c)/2]`` percentile range of the metric
+    over ``n_bootstrap`` resamples of the orders (with replacement, same size ``n``), drawn from
+    ``numpy.random.default_rng(seed)``: identical inputs and seed give identical results. The
+    resampling is vectorized (chunks of resamples × orders, bounded memory).
+
+    Args:
+        outcomes: per-order totals (at least one order).
+        confidence: confidence level in ``(0, 1)``.
+        n_bootstrap: number of bootstrap resamples, ``>= 0``; 0 skips the intervals (``nan``).
+        seed: seed for the bootstrap generator.
+
+    Returns:
+        ``ExecutionMetrics`` (see the module docstring for the edge-case conventions).
+
+    Raises:
+        ValueError: no orders, or a bad ``confidence`` / ``n_bootstrap``.
+    """
+    if not isinstance(outcomes, OrderOutcomes):
+        raise ValueError(f"compute_metrics: expected OrderOutcomes, got {type(outcomes).__name__}")
+    n = outcomes.n_orders
+    if n == 0:
+        raise ValueError("compute_metrics: no orders to evaluate")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"compute_metrics: confidence must be in (0, 1), got {confidence}")
+    if int(n_bootstrap) != n_bootstrap or n_bootstrap < 0:
+        raise ValueError(f"compute_metrics: n_bootstrap must be an integer >= 0, got {n_bootstrap}")
+    n_bootstrap = int(n_bootstrap)
+
+    pa = price_advantage(outcomes)
+    unfilled = np.clip((outcomes.quantity - outcomes.executed) / outcomes.quantity, 0.0, 1.0)
+    point = _statistics(pa, unfilled)
+
+    if n_bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        chunk = max(1, _CHUNK_ELEMENTS // n)
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in _METRIC_NAMES}
+        for start in range(0, n_bootstrap, chunk):
+            size = min(chunk, n_bootstrap - start)
+            idx = rng.integers(0, n, size=(size, n))
+            for name, values in _statistics(pa[idx], unfilled[idx]).items():
+                parts[name].append(values)
+        boot = {name: np.concatenate(values) for name, values in parts.items()}
+
+    estimates = {}
+    for name in _METRIC_NAMES:
+        value = float(point[name])
+        if n_bootstrap > 0:
+            low, high = _percentile_interval(boot[name], confidence)
+        else:
+            low, high = math.nan, math.nan
+        estimates[name] = Estimate(value=value, low=low, high=high)
+    return ExecutionMetrics(**estimates, n_orders=n, confidence=float(confidence))
+
+
+# --------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------
+
+# (column title, metric attribute, number format)
+_COLUMNS = (
+    ("PA (bps)", "PA", "{:.2f}"),
+    ("PA-std (bps)", "PA_std", "{:.2f}"),
+    ("WR", "WR", "{:.3f}"),
+    ("GLR", "GLR", "{:.2f}"),
+    ("AFI", "AFI", "{:.4f}"),
+)
+
+
+def _fmt(fmt: str, x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return fmt.format(x)
+
+
+def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
+    """Formats metrics as a plain-text table, one row per ``(market, policy)``.
+
+    Columns: market, policy, PA (bps), PA-std (bps), WR, GLR, AFI, each as
+    ``"value [low, high]"`` (``n/a`` for undefined values), and n (orders). Rows keep the
+    mapping's order. A footer line gives the confidence level(s).
+
+    Args:
+        rows: ``{(market, policy): ExecutionMetrics}``.
+
+    Returns:
+        The table as one string (no trailing newline).
+    """
+    header = ["market", "policy", *(title for title, _, _ in _COLUMNS), "n"]
+    body = []
+    levels = set()
+    for key, metrics in rows.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise ValueError(f"format_table: row keys must be (market, policy) tuples, got {key!r}")
+        if not isinstance(metrics, ExecutionMetrics):
+            raise ValueError(
+                f"format_table: row {key!r} is a {type(metrics).__name__}, "
+                "expected ExecutionMetrics"
+            )
+        levels.add(metrics.confidence)
+        cells = [str(key[0]), str(key[1])]
+        for _, attr, fmt in _COLUMNS:
+            est: Estimate = getattr(metrics, attr)
+            cells.append(f"{_fmt(fmt, est.value)} [{_fmt(fmt, est.low)}, {_fmt(fmt, est.high)}]")
+        cells.append(str(metrics.n_orders))
+        body.append(cells)
+
+    widths = [max(len(r[j]) for r in [header, *body]) for j in range(len(header))]
+
+    def _line(cells: list[str]) -> str:
+        # Text columns left-aligned, numbers right-aligned.
+        parts = [
+            c.ljust(w) if j < 2 else c.rjust(w)
+            for j, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    lines = [_line(header), "  ".join("-" * w for w in widths)]
+    lines += [_line(cells) for cells in body]
+    if levels:
+        pct = ", ".join(f"{100 * c:g}%" for c in sorted(levels))
+        lines.append(f"[low, high]: {pct} percentile-bootstrap confidence interval over orders")
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""PNG plots of a run: training curve, inventory trajectories, PA distributions.
+
+Uses ``matplotlib.figure.Figure`` directly (no pyplot), so plotting neither needs a
+display nor changes global matplotlib state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+
+def plot_training_curve(curves: Mapping[str, np.ndarray], selected_seed: int, path: Path) -> Path:
+    """Mean order PA (bps) of the training rollouts per update, one line per seed.
+
+    Args:
+        curves: per-update metrics ``[num_seeds, num_updates]``; uses ``order_pa`` and
+            ``episode_return``.
+        selected_seed: the seed kept on validation (drawn thicker).
+        path: output PNG.
+    """
+    fig = Figure(figsize=(9, 3.5), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for name, ax in zip(("order_pa", "episode_return"), axes, strict=True):
+        for seed, values in enumerate(curves[name]):
+            ax.plot(values, lw=2.0 if seed == selected_seed else 0.8, label=f"seed {seed}")
+        ax.set_xlabel("PPO update")
+        ax.set_title(
+            {"order_pa": "training order PA (bps)", "episode_return": "episode return"}[name]
+        )
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_trajectories(
+    remaining: Mapping[str, np.ndarray], labels: Sequence[str], path: Path
+) -> Path:
+    """Inventory left (fraction of Q) against the step, per policy, for a few days.
+
+    Args:
+        remaining: ``{policy: [D, T + 1]}`` remaining fractions for the same D days.
+        labels: D titles (e.g. ``"AAPL 2019-02-15"``).
+        path: output PNG.
+    """
+    n_days = len(labels)
+    fig = Figure(figsize=(4 * n_days, 3.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, n_days, sharey=True))
+    for day, ax in enumerate(axes):
+        for policy, paths in remaining.items():
+            ax.plot(paths[day], label=policy, lw=1.4)
+        ax.set_title(labels[day], fontsize="medium")
+        ax.set_xlabel("step (minute of the window)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("inventory left / Q")
+    axes[0].legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_pa_distribution(pa: Mapping[str, np.ndarray], path: Path) -> Path:
+    """Box plot of per-order PA (bps) per policy, with each order as a dot.
+
+    Args:
+        pa: ``{policy: [n_orders]}`` price advantages in bps.
+        path: output PNG.
+    """
+    fig = Figure(figsize=(1.6 * len(pa) + 2, 3.8), layout="constrained")
+    ax = fig.subplots()
+    names = list(pa)
+    ax.boxplot([pa[n] for n in names], showfliers=False)
+    ax.set_xticks(range(1, len(names) + 1), names)
+    jitter = np.random.default_rng(0)
+    for i, name in enumerate(names, start=1):
+        ax.scatter(i + jitter.uniform(-0.15, 0.15, len(pa[name])), pa[name], s=8, alpha=0.6)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_ylabel("PA vs benchmark (bps)")
+    ax.grid(alpha=0.3, axis="y")
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,83 @@
+"""Saving and loading trained policies (flax msgpack serialization + JSON metadata).
+
+A checkpoint folder holds ``policy.msgpack`` (network parameters and observation
+statistics) and ``policy.json`` (the resolved run config, observation size and how the
+policy was selected), enough for ``python -m serl_jax.evaluate --policy DIR`` to rebuild
+the network and the environment settings it was trained with.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import serialization
+
+from serl_jax.rl.networks import make_network
+from serl_jax.rl.normalization import RunningStats
+from serl_jax.rl.policy import PPOPolicyParams
+
+PARAMS_FILE = "policy.msgpack"
+META_FILE = "policy.json"
+
+
+class CheckpointError(ValueError):
+    """A missing or unreadable checkpoint folder (one-line message naming the file)."""
+
+
+def save_policy(
+    directory: str | Path, policy_params: PPOPolicyParams, meta: dict[str, Any]
+) -> Path:
+    """Writes a policy checkpoint.
+
+    Args:
+        directory: folder to create (parents too).
+        policy_params: network parameters and observation statistics (one seed, no
+            leading seed axis).
+        meta: JSON-serializable dict; must hold ``config`` (``Config.to_dict()``) and
+            ``obs_size`` (int).
+
+    Returns:
+        The folder path.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / PARAMS_FILE).write_bytes(serialization.to_bytes(jax.device_get(policy_params)))
+    (directory / META_FILE).write_text(json.dumps(meta, indent=2))
+    return directory
+
+
+def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, Any]]:
+    """Reads a checkpoint written by :func:`save_policy`.
+
+    Returns:
+        ``(network, policy_params, meta)``: the flax module rebuilt from the saved
+        network config, the restored parameters, and the metadata dict.
+
+    Raises:
+        CheckpointError: the folder or one of its files is missing or unreadable.
+    """
+    directory = Path(directory)
+    meta_path, params_path = directory / META_FILE, directory / PARAMS_FILE
+    for path in (meta_path, params_path):
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing (not a serl_jax policy checkpoint)")
+    try:
+        meta = json.loads(meta_path.read_text())
+        net_cfg = meta["config"]["network"]
+        obs_size = int(meta["obs_size"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{meta_path}: unreadable metadata ({err})") from None
+    network = make_network(tuple(net_cfg["hidden_sizes"]), net_cfg["activation"])
+    template = PPOPolicyParams(
+        params=network.init(jax.random.PRNGKey(0), jnp.zeros((obs_size,), jnp.float32)),
+        obs_stats=RunningStats.create(obs_size),
+    )
+    try:
+        restored = serialization.from_bytes(template, params_path.read_bytes())
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{params_path}: does not match its metadata ({err})") from None
+    return network, restored, meta

@@ -1,0 +1,61 @@
+"""The network slot: actor-critic flax modules mapping observations to a policy and a value.
+
+Contract for any network placed in the slot (the default below or validated LLM code):
+``module.apply(params, obs)`` with ``obs`` float32 ``[..., D]`` returns
+``(policy_logits [..., 2], value [...])``: two unconstrained numbers that
+:meth:`serl_jax.rl.distributions.Beta.from_logits` turns into the Beta policy over the
+action ``a ∈ [0, 1]``, and the state-value estimate (scaled reward units).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (PureJaxRL's layout).
+
+    Initialization is Glorot-uniform with a near-zero policy head (initial actions are
+    Beta(≈1.7, ≈1.7) everywhere). PureJaxRL's orthogonal init is deliberately not used: it
+    calls LAPACK (QR), and on CPU jaxlib's LAPACK is scipy's OpenBLAS, whose thread server
+    deadlocks when a ``vmap`` over seeds runs several QRs at once (seen with jax 0.10.2).
+
+    Attributes:
+        hidden_sizes: widths of the hidden layers of each MLP.
+        activation: one of ``"tanh"``, ``"relu"``, ``"gelu"``.
+    """
+
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        act = ACTIVATIONS[self.activation]
+        actor = obs
+        critic = obs
+        init = nn.initializers.glorot_uniform()
+        for width in self.hidden_sizes:
+            actor = act(nn.Dense(width, kernel_init=init)(actor))
+            critic = act(nn.Dense(width, kernel_init=init)(critic))
+        small = nn.initializers.variance_scaling(1e-4, "fan_avg", "uniform")
+        logits = nn.Dense(2, kernel_init=small)(actor)
+        value = nn.Dense(1, kernel_init=init)(critic)
+        return logits, value[..., 0]
+
+
+def make_network(hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh") -> nn.Module:
+    """The default network slot.
+
+    Raises:
+        ValueError: unknown activation name.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"network.activation: unknown {activation!r}; use one of {sorted(ACTIVATIONS)}"
+        )
+    return ActorCritic(hidden_sizes=tuple(hidden_sizes), activation=activation)

@@ -1,0 +1,211 @@
+"""The JAX execution env against its plain-NumPy twin, plus invariants, on real sample days."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from serl_jax.baselines import twap_policy
+from serl_jax.envs.execution import EnvParams, ExecutionEnv
+from serl_jax.envs.market_data import MarketData
+from serl_jax.envs.reference import NumpyExecutionEnv
+from serl_jax.evaluation import rollout
+
+
+def _compare_episode(env, params, data, episode, start, window_len, actions, multiplier=1.0):
+    ref = NumpyExecutionEnv(data, params)
+    ref_obs = ref.reset(episode, start, window_len, multiplier)
+    state = env.init_state(params, episode, start, window_len, multiplier)
+    obs = env.get_obs(state, params)
+    np.testing.assert_allclose(obs, ref_obs, rtol=1e-4, atol=1e-4)
+    step = jax.jit(env.step_env)
+    for t, action in enumerate(actions[:window_len]):
+        obs, state, reward, terminated, info = step(jax.random.PRNGKey(t), state, action, params)
+        ref_obs, ref_reward, ref_done, ref_info = ref.step(action)
+        np.testing.assert_allclose(obs, ref_obs, rtol=1e-4, atol=1e-4, err_msg=f"obs at t={t}")
+        np.testing.assert_allclose(info["exec_qty"], ref_info["exec_qty"], rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(info["exec_price"], ref_info["exec_price"], rtol=1e-6)
+        np.testing.assert_allclose(reward, ref_reward, rtol=2e-3, atol=2e-4, err_msg=f"t={t}")
+        assert bool(terminated) == ref_done
+        assert float(state.inventory) >= 0.0
+        np.testing.assert_allclose(state.executed + state.inventory, state.quantity, rtol=1e-6)
+    assert ref_done
+    np.testing.assert_allclose(info["order_pa"], ref.order_pa(), rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"side": -1.0, "benchmark": "twap"},
+        {"force_liquidation": False, "participation_cap": 0.05},
+    ],
+    ids=["sell-vwap", "buy-twap", "unfilled-mode"],
+)
+def test_matches_numpy_reference_on_real_days(us_market, cn_market, overrides):
+    env = ExecutionEnv()
+    rng = np.random.default_rng(0)
+    for market in (us_market, cn_market):
+        data = MarketData.from_episodes(market.test)
+        params = EnvParams(data=data, lookback=5, **overrides)
+        for episode in rng.choice(data.num_episodes, size=2, replace=False):
+            actions = rng.uniform(size=data.num_slots).astype(np.float32)
+            actions[rng.uniform(size=actions.size) < 0.2] = 0.0
+            _compare_episode(env, params, market.test, int(episode), 0, data.num_slots, actions)
+
+
+def test_matches_reference_on_random_sub_windows(cn_market):
+    env = ExecutionEnv()
+    data = MarketData.from_episodes(cn_market.val)
+    params = EnvParams(data=data, lookback=7)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        start = int(rng.integers(0, 200))
+        window = int(rng.integers(10, data.num_slots - start))
+        actions = rng.uniform(size=window).astype(np.float32)
+        _compare_episode(
+            env,
+            params,
+            cn_market.val,
+            int(rng.integers(data.num_episodes)),
+            start,
+            window,
+            actions,
+            1.3,
+        )
+
+
+def test_action_one_at_start_trades_everything_within_the_cap(us_market):
+    env = ExecutionEnv()
+    data = MarketData.from_episodes(us_market.test)
+    for cap in (1.0, 0.01):
+        params = EnvParams(data=data, participation_cap=cap)
+        state = env.init_state(params, 0, 0, data.num_slots)
+        _, next_state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, 1.0, params)
+        expected = min(float(state.quantity), cap * float(data.volume[0, 0]))
+        np.testing.assert_allclose(info["exec_qty"], expected, rtol=1e-6)
+        np.testing.assert_allclose(
+            next_state.inventory, float(state.quantity) - expected, rtol=1e-5
+        )
+
+
+def test_cost_model_by_hand(make_trend_market):
+    """One child order: 100 shares into 1000 volume at price 10, sell side."""
+    data = make_trend_market(n_episodes=1, n_slots=4, drift_per_minute=0.0)
+    params = EnvParams(
+        data=data,
+        half_spread_bps=2.0,
+        impact_eta_bps=50.0,
+        impact_exponent=0.5,
+        participation_cap=0.2,
+        order_fraction=0.1,
+        concentration_penalty=100.0,
+        reward_scale=1.0,
+    )
+    env = ExecutionEnv()
+    state = env.init_state(params, 0, 0, 4)
+    assert float(state.quantity) == pytest.approx(0.1 * 4000.0)
+    # a = 0.25 of 400 shares = 100 shares; 10% participation.
+    _, s1, reward, _, info = env.step_env(jax.random.PRNGKey(0), state, 0.25, params)
+    cost_bps = 2.0 + 50.0 * 0.1**0.5
+    assert float(info["exec_price"]) == pytest.approx(10.0 * (1 - cost_bps * 1e-4), rel=1e-6)
+    # Flat prices: VWAP benchmark = 10, so PA_t = -cost; q/Q = 0.25.
+    assert float(reward) == pytest.approx(-cost_bps * 0.25 - 100.0 * 0.25**2, rel=1e-4)
+    # Buying pays the same cost on the other side.
+    buy = params.replace(side=-1.0)
+    _, _, _, _, info = env.step_env(jax.random.PRNGKey(0), env.init_state(buy, 0, 0, 4), 0.25, buy)
+    assert float(info["exec_price"]) == pytest.approx(10.0 * (1 + cost_bps * 1e-4), rel=1e-6)
+
+
+def test_forced_liquidation_uses_mean_volume_and_penalty(make_trend_market):
+    data = make_trend_market(n_episodes=1, n_slots=2, drift_per_minute=0.0)
+    data = data.replace(volume=data.volume.at[0, 1].set(0.0))  # illiquid last minute
+    params = EnvParams(data=data, order_fraction=0.5, force_penalty_bps=10.0, reward_scale=1.0)
+    env = ExecutionEnv()
+    state = env.init_state(params, 0, 0, 2)
+    _, state, _, _, _ = env.step_env(jax.random.PRNGKey(0), state, 0.0, params)
+    _, state, _, terminated, info = env.step_env(jax.random.PRNGKey(1), state, 0.0, params)
+    assert bool(terminated) and float(state.inventory) == 0.0
+    q = float(info["exec_qty"])
+    assert q == pytest.approx(0.5 * 2000.0)  # Q = 0.5 x expected window volume (2 x 1000)
+    cost = 2.0 + 50.0 * (q / 1000.0) ** 0.5 + 10.0
+    assert float(info["exec_price"]) == pytest.approx(10.0 * (1 - cost * 1e-4), rel=1e-6)
+    # Without forced liquidation the remainder stays unfilled and is penalized.
+    unfilled = params.replace(force_liquidation=False)
+    state = env.init_state(unfilled, 0, 0, 2)
+    _, state, _, _, _ = env.step_env(jax.random.PRNGKey(0), state, 0.0, unfilled)
+    _, state, reward, _, info = env.step_env(jax.random.PRNGKey(1), state, 1.0, unfilled)
+    assert float(info["exec_qty"]) == 0.0 and float(state.inventory) == pytest.approx(1000.0)
+    assert float(reward) == pytest.approx(-100.0 * 1.0)  # terminal_penalty_bps x I_T/Q
+
+
+def test_reward_sums_to_order_pa_without_penalties(cn_market):
+    """With c = 0, Σ_t PA_t q_t/Q is the order's PA for a fully executed order."""
+    env = ExecutionEnv()
+    data = MarketData.from_episodes(cn_market.test)
+    params = EnvParams(data=data, concentration_penalty=0.0, reward_scale=1.0)
+    result = rollout(env, twap_policy, None, params, jax.random.PRNGKey(0))
+    pa = params.side * (result.notional / result.executed / result.benchmark_price - 1.0) * 1e4
+    # float32: each PA_t carries ~1e-3 bps of rounding; 240 of them add up to ~1e-2 bps.
+    np.testing.assert_allclose(result.reward.sum(axis=1), pa, rtol=1e-3, atol=5e-2)
+
+
+def test_twap_fills_everything_and_inventory_is_monotone(cn_market, us_market):
+    env = ExecutionEnv()
+    for market in (cn_market, us_market):
+        params = EnvParams(data=MarketData.from_episodes(market.test))
+        result = rollout(env, twap_policy, None, params, jax.random.PRNGKey(0))
+        np.testing.assert_allclose(result.executed, result.quantity, rtol=1e-6)
+        assert np.all(np.diff(np.asarray(result.remaining), axis=1) <= 1e-7)
+        assert np.all(np.asarray(result.remaining)[:, -1] == 0.0)
+
+
+def test_reset_vmaps_over_thousands_and_respects_windows(cn_market):
+    env = ExecutionEnv()
+    data = MarketData.from_episodes(cn_market.train)
+    params = EnvParams(
+        data=data, random_window=True, min_window_len=20, quantity_low=0.5, quantity_high=1.5
+    )
+    keys = jax.random.split(jax.random.PRNGKey(0), 4096)
+    obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)
+    assert obs.shape == (4096, env.observation_size(params))
+    assert bool(jnp.all(state.window_len >= 20))
+    assert bool(jnp.all(state.start + state.window_len <= data.num_slots))
+    assert len(np.unique(np.asarray(state.episode))) == data.num_episodes
+    assert np.isfinite(np.asarray(obs)).all()
+
+
+def test_step_is_traced_once_for_new_params(cn_market):
+    """Changing parameter values (not shapes) must not recompile the step."""
+    env = ExecutionEnv()
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def step(key, state, action, params):
+        return env.step(key, state, action, params)
+
+    data = MarketData.from_episodes(cn_market.val)
+    params = EnvParams(data=data)
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    step(jax.random.PRNGKey(1), state, 0.5, params)
+    step(jax.random.PRNGKey(1), state, 0.5, params.replace(side=-1.0, impact_eta_bps=10.0))
+
+
+def test_default_params_need_data():
+    with pytest.raises(ValueError, match="no default market"):
+        _ = ExecutionEnv().default_params
+
+
+def test_custom_reward_slot(make_trend_market):
+    def executed_fraction(prev_state, action, next_state, params):
+        return next_state.last_qty / next_state.quantity
+
+    data = make_trend_market(n_episodes=1, n_slots=4)
+    params = EnvParams(data=data)
+    env = ExecutionEnv(reward_fn=executed_fraction)
+    state = env.init_state(params, 0, 0, 4)
+    _, _, reward, _, info = env.step_env(jax.random.PRNGKey(0), state, 0.5, params)
+    assert float(reward) == pytest.approx(float(info["exec_qty"] / state.quantity))

@@ -1,0 +1,355 @@
+"""Execution metrics: hand-computed PA/WR/GLR/AFI, bootstrap intervals, JSON, validation."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from serl_jax.metrics import (
+    Estimate,
+    ExecutionMetrics,
+    OrderOutcomes,
+    compute_metrics,
+    format_table,
+    price_advantage,
+    twap,
+    vwap,
+)
+
+
+def _orders(side, avg_price, benchmark, quantity=100.0, executed=None):
+    """Orders with the given average execution prices (fully filled unless ``executed``)."""
+    side = np.asarray(side, dtype=float)
+    n = side.shape[0]
+    quantity = np.broadcast_to(np.asarray(quantity, dtype=float), (n,))
+    executed = quantity if executed is None else np.asarray(executed, dtype=float)
+    avg_price = np.broadcast_to(np.asarray(avg_price, dtype=float), (n,))
+    return OrderOutcomes(
+        side=side,
+        quantity=quantity,
+        executed=executed,
+        notional=executed * avg_price,
+        benchmark=np.broadcast_to(np.asarray(benchmark, dtype=float), (n,)),
+    )
+
+
+def _random_orders(n, seed=0):
+    rng = np.random.default_rng(seed)
+    quantity = rng.uniform(100, 1000, n)
+    executed = quantity * rng.uniform(0.7, 1.0, n)
+    benchmark = rng.uniform(10, 200, n)
+    avg = benchmark * (1 + rng.normal(2e-4, 1e-3, n))
+    return OrderOutcomes(rng.choice([-1.0, 1.0], n), quantity, executed, executed * avg, benchmark)
+
+
+# --------------------------------------------------------------------------------------
+# Price advantage
+# --------------------------------------------------------------------------------------
+
+
+def test_pa_sell_and_buy_hand_examples():
+    out = _orders([1, -1, -1, 1], avg_price=[101, 101, 99, 99], benchmark=100)
+    np.testing.assert_allclose(price_advantage(out), [100.0, -100.0, 100.0, -100.0], rtol=1e-12)
+
+
+def test_pa_uses_average_execution_price_over_child_fills():
+    # Sell 300 shares: 100 @ 10.0, 200 @ 10.3 → P̄ = 10.2; VWAP benchmark 10.0 → +200 bps.
+    shares = np.array([[100.0, 200.0]])
+    cash = np.array([[100.0 * 10.0, 200.0 * 10.3]])
+    out = OrderOutcomes.from_fills(side=1, quantity=300, shares=shares, cash=cash, benchmark=10.0)
+    np.testing.assert_allclose(price_advantage(out), [200.0], rtol=1e-12)
+    assert out.executed.tolist() == [300.0]
+
+
+def test_partial_fill_pa_over_executed_and_unfilled_in_afi():
+    out = _orders([1.0], avg_price=101.0, benchmark=100.0, quantity=100.0, executed=[40.0])
+    np.testing.assert_allclose(price_advantage(out), [100.0])
+    m = compute_metrics(out, n_bootstrap=50)
+    assert m.PA.value == pytest.approx(100.0)
+    assert m.AFI.value == pytest.approx(0.6)
+
+
+def test_zero_execution_has_pa_zero_and_full_afi():
+    out = OrderOutcomes(
+        side=[1.0, -1.0],
+        quantity=[100.0, 50.0],
+        executed=[0.0, 50.0],
+        notional=[0.0, 50.0 * 99.0],
+        benchmark=[100.0, 100.0],
+    )
+    np.testing.assert_allclose(price_advantage(out), [0.0, 100.0])
+    m = compute_metrics(out, n_bootstrap=50)
+    assert m.PA.value == pytest.approx(50.0)
+    assert m.WR.value == pytest.approx(0.5)  # the unfilled order is not a win
+    assert m.AFI.value == pytest.approx(0.5)  # (1 + 0) / 2
+    assert m.GLR.value == math.inf  # no losing order (PA 0 is neither win nor loss)
+
+
+# --------------------------------------------------------------------------------------
+# WR, GLR, AFI, PA-std
+# --------------------------------------------------------------------------------------
+
+
+def test_wr_glr_afi_pa_std_hand_example():
+    # Sells at 101, 100.5, 99.75, 100 against 100 → PA = 100, 50, −25, 0 bps.
+    out = _orders(
+        [1, 1, 1, 1],
+        avg_price=[101.0, 100.5, 99.75, 100.0],
+        benchmark=100.0,
+        quantity=[100.0, 200.0, 100.0, 400.0],
+        executed=[100.0, 150.0, 100.0, 100.0],
+    )
+    np.testing.assert_allclose(price_advantage(out), [100.0, 50.0, -25.0, 0.0], atol=1e-9)
+    m = compute_metrics(out, n_bootstrap=100)
+    assert m.PA.value == pytest.approx(31.25)
+    # Sample std (ddof=1) of [100, 50, -25, 0]: mean 31.25, squared deviations sum 9218.75, /3.
+    assert m.PA_std.value == pytest.approx(math.sqrt(9218.75 / 3))
+    assert m.WR.value == pytest.approx(0.5)
+    assert m.GLR.value == pytest.approx(75.0 / 25.0)
+    assert m.AFI.value == pytest.approx((0 + 0.25 + 0 + 0.75) / 4)
+    assert m.n_orders == 4
+
+
+@pytest.mark.parametrize(
+    ("avg_prices", "expected"),
+    [
+        ([101.0, 102.0], math.inf),  # winners, no losers
+        ([99.0, 98.0], 0.0),  # losers, no winners
+        ([100.0, 100.0], math.nan),  # neither
+        ([101.0, 100.0], math.inf),  # a winner and a PA == 0 order
+    ],
+)
+def test_glr_edge_cases(avg_prices, expected):
+    m = compute_metrics(_orders([1, 1], avg_price=avg_prices, benchmark=100.0), n_bootstrap=100)
+    if math.isnan(expected):
+        assert math.isnan(m.GLR.value)
+        assert math.isnan(m.GLR.low) and math.isnan(m.GLR.high)
+    else:
+        assert m.GLR.value == expected
+
+
+def test_single_order_has_zero_std_and_degenerate_intervals():
+    m = compute_metrics(_orders([-1.0], avg_price=99.0, benchmark=100.0))
+    assert m.PA == Estimate(pytest.approx(100.0), pytest.approx(100.0), pytest.approx(100.0))
+    assert m.PA_std == Estimate(0.0, 0.0, 0.0)
+    assert m.WR == Estimate(1.0, 1.0, 1.0)
+
+
+# --------------------------------------------------------------------------------------
+# Bootstrap intervals
+# --------------------------------------------------------------------------------------
+
+
+def test_intervals_contain_estimate_and_shrink_with_n():
+    small = compute_metrics(_random_orders(60, seed=1))
+    large = compute_metrics(_random_orders(3000, seed=1))  # several bootstrap chunks
+    for name in ("PA", "PA_std", "WR", "GLR", "AFI"):
+        for m in (small, large):
+            est = getattr(m, name)
+            assert est.low <= est.value <= est.high, name
+        width_small = getattr(small, name).high - getattr(small, name).low
+        width_large = getattr(large, name).high - getattr(large, name).low
+        assert 0 < width_large < 0.5 * width_small, name
+
+
+def test_bootstrap_interval_of_mean_matches_normal_approximation():
+    out = _random_orders(2000, seed=3)
+    pa = price_advantage(out)
+    m = compute_metrics(out, n_bootstrap=4000, seed=5)
+    half_width = 1.959964 * pa.std(ddof=1) / math.sqrt(pa.size)
+    assert (m.PA.high - m.PA.low) / 2 == pytest.approx(half_width, rel=0.1)
+    assert (m.PA.high + m.PA.low) / 2 == pytest.approx(pa.mean(), abs=0.15 * half_width)
+
+
+def test_bootstrap_matches_plain_python_loop():
+    """The vectorized statistics agree with a per-resample loop over the same draws."""
+    out = _orders(
+        np.ones(12),
+        avg_price=100 + np.array([1, -1, 2, 0, -3, 1, 1, 0.5, -0.5, 0, 4, -2.0]),
+        benchmark=100.0,
+        quantity=100.0,
+        executed=np.linspace(50, 100, 12),
+    )
+    pa = price_advantage(out)
+    unfilled = (out.quantity - out.executed) / out.quantity
+    n_boot, seed, conf = 300, 11, 0.9
+    idx = np.random.default_rng(seed).integers(0, 12, size=(n_boot, 12))
+    stats = {k: [] for k in ("PA", "PA_std", "WR", "GLR", "AFI")}
+    for row in idx:
+        p = [float(pa[i]) for i in row]
+        gains = [x for x in p if x > 0]
+        losses = [x for x in p if x < 0]
+        stats["PA"].append(sum(p) / len(p))
+        stats["PA_std"].append(float(np.std(p, ddof=1)))
+        stats["WR"].append(len(gains) / len(p))
+        if losses:
+            glr = (sum(gains) / len(gains) if gains else 0.0) / abs(sum(losses) / len(losses))
+        else:
+            glr = math.inf if gains else math.nan
+        stats["GLR"].append(glr)
+        stats["AFI"].append(float(np.mean(unfilled[row])))
+    m = compute_metrics(out, confidence=conf, n_bootstrap=n_boot, seed=seed)
+    for name, values in stats.items():
+        values = np.array([v for v in values if not math.isnan(v)])
+        method = "linear" if np.isfinite(values).all() else "inverted_cdf"
+        low, high = np.quantile(values, [0.05, 0.95], method=method)
+        est = getattr(m, name)
+        assert est.low == pytest.approx(low, rel=1e-12, abs=1e-12), name
+        assert est.high == pytest.approx(high, rel=1e-12, abs=1e-12), name
+
+
+def test_bootstrap_is_deterministic_given_seed():
+    out = _random_orders(200, seed=7)
+    a = compute_metrics(out, seed=42)
+    b = compute_metrics(out, seed=42)
+    c = compute_metrics(out, seed=43)
+    assert a == b
+    assert a.PA.value == c.PA.value
+    assert (a.PA.low, a.PA.high) != (c.PA.low, c.PA.high)
+
+
+def test_no_bootstrap_gives_nan_intervals():
+    m = compute_metrics(_random_orders(10), n_bootstrap=0)
+    assert not math.isnan(m.PA.value)
+    assert math.isnan(m.PA.low) and math.isnan(m.PA.high)
+
+
+# --------------------------------------------------------------------------------------
+# JSON, table
+# --------------------------------------------------------------------------------------
+
+
+def test_to_dict_is_strict_json():
+    cases = [
+        compute_metrics(_random_orders(50)),
+        compute_metrics(_orders([1, 1], avg_price=[101, 102], benchmark=100)),  # GLR inf
+        compute_metrics(_orders([1, 1], avg_price=100, benchmark=100)),  # GLR nan
+        compute_metrics(_random_orders(5), n_bootstrap=0),  # nan intervals
+    ]
+    for m in cases:
+        d = json.loads(json.dumps(m.to_dict(), allow_nan=False))
+        assert set(d) == {"PA", "PA_std", "WR", "GLR", "AFI", "n_orders"}
+        for name in ("PA", "PA_std", "WR", "GLR", "AFI"):
+            assert set(d[name]) == {"value", "ci_low", "ci_high"}
+        assert d["n_orders"] == m.n_orders
+    assert cases[1].to_dict()["GLR"]["value"] is None
+    assert cases[0].to_dict()["PA"]["value"] == pytest.approx(cases[0].PA.value)
+
+
+def test_format_table():
+    m1 = compute_metrics(_random_orders(40))
+    m2 = compute_metrics(_orders([1, 1], avg_price=[101, 102], benchmark=100))
+    m3 = compute_metrics(_orders([1, 1], avg_price=100, benchmark=100))
+    text = format_table({("cn_1min", "ppo"): m1, ("cn_1min", "twap"): m2, ("us_1min", "ac"): m3})
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["market", "policy", "PA"]
+    assert len(lines) == 2 + 3 + 1
+    assert lines[2].startswith("cn_1min") and "ppo" in lines[2]
+    assert f"{m1.PA.value:.2f} [{m1.PA.low:.2f}, {m1.PA.high:.2f}]" in lines[2]
+    assert "inf [" in lines[3]
+    assert "n/a [n/a, n/a]" in lines[4]
+    assert lines[2].rstrip().endswith(" 40")
+    assert "95%" in lines[-1]
+    with pytest.raises(ValueError, match="format_table"):
+        format_table({"ppo": m1})
+
+
+# --------------------------------------------------------------------------------------
+# Benchmarks
+# --------------------------------------------------------------------------------------
+
+
+def test_vwap_and_twap():
+    price = np.array([10.0, 11.0, 12.0])
+    volume = np.array([1.0, 0.0, 3.0])
+    assert vwap(price, volume) == pytest.approx((10 + 36) / 4)
+    assert twap(price) == pytest.approx(11.0)
+    assert vwap(price, np.zeros(3)) == pytest.approx(11.0)  # no volume → TWAP
+    batch = vwap(np.stack([price, price]), np.stack([volume, np.zeros(3)]))
+    np.testing.assert_allclose(batch, [11.5, 11.0])
+    with pytest.raises(ValueError, match="negative"):
+        vwap(price, -volume)
+    with pytest.raises(ValueError, match="shape"):
+        vwap(price, volume[:2])
+    with pytest.raises(ValueError, match="NaN"):
+        twap([1.0, np.nan])
+    with pytest.raises(ValueError, match="non-empty"):
+        twap([])
+
+
+# --------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------
+
+_GOOD = {
+    "side": [1.0, -1.0],
+    "quantity": [100.0, 100.0],
+    "executed": [100.0, 50.0],
+    "notional": [10_000.0, 5_000.0],
+    "benchmark": [100.0, 100.0],
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("side", [1.0, 0.5], "side"),
+        ("quantity", [100.0, 0.0], "quantity"),
+        ("executed", [100.0, -1.0], "executed"),
+        ("executed", [100.0, 100.01], "executed"),
+        ("notional", [-1.0, 5_000.0], "notional"),
+        ("benchmark", [100.0, 0.0], "benchmark"),
+        ("benchmark", [100.0, np.inf], "benchmark: non-finite"),
+        ("executed", [100.0], "executed: length 1"),
+        ("notional", [[1.0, 2.0]], "notional: expected a 1-D"),
+        ("side", ["a", "b"], "side: not convertible"),
+    ],
+)
+def test_outcome_validation(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        OrderOutcomes(**{**_GOOD, field: value})
+
+
+def test_notional_without_execution_rejected_and_tolerance_accepted():
+    with pytest.raises(ValueError, match="notional: order 1"):
+        OrderOutcomes(**{**_GOOD, "executed": [100.0, 0.0]})
+    OrderOutcomes(**{**_GOOD, "executed": [100.0 * (1 + 1e-7), 50.0]})
+
+
+def test_outcomes_are_read_only_float64():
+    out = OrderOutcomes(**_GOOD)
+    assert out.side.dtype == np.float64
+    with pytest.raises(ValueError):
+        out.side[0] = -1.0
+
+
+def test_compute_metrics_argument_errors():
+    out = OrderOutcomes(**_GOOD)
+    empty = OrderOutcomes(*(np.zeros(0) for _ in range(5)))
+    with pytest.raises(ValueError, match="no orders"):
+        compute_metrics(empty)
+    with pytest.raises(ValueError, match="confidence"):
+        compute_metrics(out, confidence=1.0)
+    with pytest.raises(ValueError, match="n_bootstrap"):
+        compute_metrics(out, n_bootstrap=-1)
+    assert isinstance(compute_metrics(out, n_bootstrap=10), ExecutionMetrics)
+
+
+# --------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------
+
+_prices = st.floats(min_value=1.0, max_value=1e4)
+
+
+@settings(max_examples=50, deadline=None)
+@given(avg=_prices, bench=_prices, scale=st.floats(min_value=1e-3, max_value=1e3))
+def test_pa_antisymmetric_in_side_and_scale_free(avg, bench, scale):
+    sell = price_advantage(_orders([1.0], avg_price=avg, benchmark=bench))
+    buy = price_advantage(_orders([-1.0], avg_price=avg, benchmark=bench))
+    scaled = price_advantage(_orders([1.0], avg_price=avg * scale, benchmark=bench * scale))
+    np.testing.assert_allclose(sell, -buy)
+    np.testing.assert_allclose(scaled, sell, rtol=1e-9, atol=1e-9)
