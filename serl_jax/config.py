@@ -18,8 +18,10 @@ from typing import Any
 
 import yaml
 
-from serl_jax.envs.execution import EnvParams
-from serl_jax.rl.ppo import PPOConfig
+from serl_jax.envs.execution import EnvParams, twap_action_prior
+from serl_jax.rl.ppo import PPOConfig, no_action_prior
+
+ACTION_PRIORS = {"twap": twap_action_prior, "none": no_action_prior}
 
 
 class ConfigError(ValueError):
@@ -65,10 +67,20 @@ class NetworkConfig:
     """Attributes:
     hidden_sizes: widths of the actor and critic MLPs.
     activation: ``tanh``, ``relu`` or ``gelu``.
+    action_prior: ``"twap"`` (the policy is a residual around the TWAP pace,
+        :func:`serl_jax.envs.execution.twap_action_prior`) or ``"none"``.
     """
+
+    def __post_init__(self):
+        if self.action_prior not in ACTION_PRIORS:
+            raise ValueError(
+                f"network.action_prior: expected one of {sorted(ACTION_PRIORS)}, "
+                f"got {self.action_prior!r}"
+            )
 
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
+    action_prior: str = "twap"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +147,11 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return int(value)
     if isinstance(default, float):
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         return float(value)

@@ -23,7 +23,13 @@ import json
 import sys
 from pathlib import Path
 
-from serl_jax.config import ConfigError, apply_overrides, config_from_dict, load_config
+from serl_jax.config import (
+    ACTION_PRIORS,
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    load_config,
+)
 from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars, split_days
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
@@ -93,8 +99,13 @@ def _evaluate(args: argparse.Namespace) -> int:
                 f"dataset and env config give {env.observation_size(env_params)} "
                 "(env.lookback or the features differ)"
             )
-        normalize = meta["config"]["ppo"]["normalize_obs"]
-        policies[f"PPO:{spec}"] = (make_ppo_policy(network, normalize), params)
+        saved = meta["config"]
+        policy = make_ppo_policy(
+            network,
+            saved["ppo"]["normalize_obs"],
+            action_prior=ACTION_PRIORS[saved["network"]["action_prior"]],
+        )
+        policies[f"PPO:{spec}"] = (policy, params)
 
     results = evaluate_policies(cfg, env, env_params, policies)
     market = bars.name or Path(args.data).stem

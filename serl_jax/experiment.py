@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from serl_jax.baselines import almgren_chriss_policy, twap_policy, vwap_policy
-from serl_jax.config import Config
+from serl_jax.config import ACTION_PRIORS, Config
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.evaluation import Rollout, rollout
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage
@@ -76,7 +76,8 @@ def train_policy(
         A :class:`TrainedPolicy`.
     """
     network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
-    trainer = make_trainer(cfg.ppo, env, train_params, network)
+    action_prior = ACTION_PRIORS[cfg.network.action_prior]
+    trainer = make_trainer(cfg.ppo, env, train_params, network, action_prior)
     n_updates = cfg.ppo.num_updates
     chunk = max(1, min(cfg.run.progress_chunk, n_updates))
     keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
@@ -118,7 +119,7 @@ def train_policy(
     curves = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
 
     all_params = PPOPolicyParams(params=runner.train_state.params, obs_stats=runner.obs_stats)
-    policy = make_ppo_policy(network, cfg.ppo.normalize_obs)
+    policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=action_prior)
     seed_rollouts = jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
         all_params
     )

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from serl_jax.config import Config, ConfigError, load_config
+from serl_jax.config import ACTION_PRIORS, Config, ConfigError, load_config
 from serl_jax.data import DataError, MarketSplits, load_market, sample_path
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
@@ -80,7 +80,14 @@ def run_market(cfg: Config, splits: MarketSplits, out_dir: Path, progress: bool)
         cfg, env, train_params, val_params, progress=progress, description=f"PPO {splits.name}"
     )
     policies = {
-        "PPO": (make_ppo_policy(trained.network, cfg.ppo.normalize_obs), trained.policy_params),
+        "PPO": (
+            make_ppo_policy(
+                trained.network,
+                cfg.ppo.normalize_obs,
+                action_prior=ACTION_PRIORS[cfg.network.action_prior],
+            ),
+            trained.policy_params,
+        ),
         **baseline_policies(cfg),
     }
     results = evaluate_policies(cfg, env, test_params, policies)

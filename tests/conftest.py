@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -28,22 +27,26 @@ def trend_market(
     drift_per_minute: float = 5e-4,
     minute_volume: float = 1000.0,
     n_features: int = 2,
+    zero_volume_slots: tuple[int, ...] = (),
 ) -> MarketData:
     """A deterministic market: price ``10 * exp(drift * t)``, constant volume.
 
     With a positive drift a seller should wait and sell late; with a negative one it
-    should sell early. Features are zeros (the policy needs only its private state).
+    should sell early. Features are zeros (the policy needs only its private state);
+    ``zero_volume_slots`` get no market volume (an illiquid minute).
     """
+    volume = np.full((n_episodes, n_slots), minute_volume)
+    volume[:, list(zero_volume_slots)] = 0.0
     t = np.arange(n_slots)
     price = np.repeat((10.0 * np.exp(drift_per_minute * t))[None], n_episodes, axis=0)
-    return MarketData(
-        price=jnp.asarray(price, jnp.float32),
-        volume=jnp.full((n_episodes, n_slots), minute_volume, jnp.float32),
-        features=jnp.zeros((n_episodes, n_slots, n_features), jnp.float32),
-        volume_profile=jnp.full((n_episodes, n_slots), 1.0 / n_slots, jnp.float32),
-        expected_day_volume=jnp.full(n_episodes, minute_volume * n_slots, jnp.float32),
-        mean_minute_volume=jnp.full(n_episodes, minute_volume, jnp.float32),
-        sigma=jnp.full(n_episodes, 5e-4, jnp.float32),
+    return MarketData.create(
+        price=price,
+        volume=volume,
+        features=np.zeros((n_episodes, n_slots, n_features)),
+        volume_profile=np.full((n_episodes, n_slots), 1.0 / n_slots),
+        expected_day_volume=np.full(n_episodes, minute_volume * n_slots),
+        mean_minute_volume=np.full(n_episodes, minute_volume),
+        sigma=np.full(n_episodes, 5e-4),
     )
 
 

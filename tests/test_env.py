@@ -121,8 +121,7 @@ def test_cost_model_by_hand(make_trend_market):
 
 
 def test_forced_liquidation_uses_mean_volume_and_penalty(make_trend_market):
-    data = make_trend_market(n_episodes=1, n_slots=2, drift_per_minute=0.0)
-    data = data.replace(volume=data.volume.at[0, 1].set(0.0))  # illiquid last minute
+    data = make_trend_market(n_episodes=1, n_slots=2, drift_per_minute=0.0, zero_volume_slots=(1,))
     params = EnvParams(data=data, order_fraction=0.5, force_penalty_bps=10.0, reward_scale=1.0)
     env = ExecutionEnv()
     state = env.init_state(params, 0, 0, 2)

@@ -12,7 +12,7 @@ from serl_jax.baselines import twap_policy
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.evaluation import rollout
 from serl_jax.metrics import price_advantage
-from serl_jax.rl.distributions import Beta
+from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
@@ -71,25 +71,26 @@ def test_gae_by_hand():
     np.testing.assert_allclose(adv, [3.0 + 0.5 * 3.0, 3.0])
 
 
-def test_beta_matches_scipy():
-    alpha, beta = jnp.array([1.5, 3.0, 10.0]), jnp.array([2.0, 1.2, 4.0])
-    dist = Beta(alpha, beta)
-    x = jnp.array([0.3, 0.9, 0.55])
-    np.testing.assert_allclose(
-        dist.log_prob(x), stats.beta.logpdf(x, alpha, beta), rtol=1e-5, atol=1e-5
-    )
-    np.testing.assert_allclose(dist.entropy(), stats.beta.entropy(alpha, beta), rtol=1e-5)
-    np.testing.assert_allclose(dist.mean(), stats.beta.mean(alpha, beta), rtol=1e-6)
-    samples = jax.vmap(lambda k: Beta(alpha, beta).sample(k))(
-        jax.random.split(jax.random.PRNGKey(0), 20000)
-    )
-    np.testing.assert_allclose(samples.mean(axis=0), stats.beta.mean(alpha, beta), atol=0.01)
+def test_logit_normal_matches_scipy():
+    loc, log_scale = jnp.array([-4.0, 0.0, 2.5]), jnp.array([-1.0, 0.0, 0.7])
+    dist = LogitNormal.from_logits(jnp.stack([loc, log_scale], axis=-1))
+    z = jnp.array([-3.2, 0.4, 1.0])
+    scale = np.exp(np.asarray(log_scale))
+    np.testing.assert_allclose(dist.log_prob(z), stats.norm.logpdf(z, loc, scale), rtol=1e-5)
+    np.testing.assert_allclose(dist.entropy(), stats.norm.entropy(loc, scale), rtol=1e-5)
+    np.testing.assert_allclose(dist.median_action(), 1 / (1 + np.exp(-np.asarray(loc))), rtol=1e-6)
+    samples = jax.vmap(dist.sample)(jax.random.split(jax.random.PRNGKey(0), 20000))
+    np.testing.assert_allclose(samples.mean(axis=0), loc, atol=0.05)
+    np.testing.assert_allclose(samples.std(axis=0), scale, rtol=0.03)
+    actions = LogitNormal.action(samples)
+    assert bool(jnp.all((actions >= 0) & (actions <= 1)))
+    # The median of the action is sigmoid(loc).
+    np.testing.assert_allclose(np.median(actions, axis=0), dist.median_action(), atol=0.01)
 
 
-def test_beta_from_logits_keeps_concentrations_above_one():
-    dist = Beta.from_logits(jnp.array([[-50.0, 0.0], [3.0, -2.0]]))
-    assert bool(jnp.all(dist.alpha >= 1.0)) and bool(jnp.all(dist.beta >= 1.0))
-    np.testing.assert_allclose(dist.alpha[1], 1.0 + np.log1p(np.exp(3.0)), rtol=1e-6)
+def test_log_scale_is_clipped():
+    dist = LogitNormal.from_logits(jnp.array([[0.0, -50.0], [0.0, 50.0]]))
+    np.testing.assert_allclose(dist.scale, np.exp([-5.0, 2.0]), rtol=1e-6)
 
 
 def test_running_stats_match_numpy_over_batches():

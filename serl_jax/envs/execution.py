@@ -35,6 +35,7 @@ mean price); a window with no volume falls back to TWAP. It uses the whole windo
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
@@ -44,7 +45,8 @@ from gymnax.environments import environment, spaces
 
 from serl_jax.envs.market_data import MarketData
 
-NUM_PRIVATE_FEATURES = 3  # (T - t)/T, I_t/Q, price move since arrival (percent)
+# (T - t)/T, log(T - t), I_t/Q, price move since arrival (percent)
+NUM_PRIVATE_FEATURES = 4
 
 
 @struct.dataclass
@@ -187,6 +189,22 @@ def default_reward(
     return params.reward_scale * (pa_term - concentration - terminal)
 
 
+def twap_action_prior(obs: jnp.ndarray) -> jnp.ndarray:
+    """Logit of the TWAP baseline's action, read from an observation ``[..., D]``.
+
+    A policy prior for :func:`serl_jax.rl.ppo.make_trainer`: the untrained residual policy
+    then trades like :func:`serl_jax.baselines.twap_policy` (schedule-tracking, catching up
+    after capped minutes) and learning shapes deviations from it. From the raw private
+    features ``τ = (T - t)/T``, ``n = T - t`` and ``h = I_t/Q``: the TWAP target after this
+    step is ``τ (1 - 1/n)`` remaining, so ``a = (h - τ (1 - 1/n)) / h``; its logit is clipped
+    to ``[-10, 10]``.
+    """
+    time_left, steps_left, held = obs[..., 0], jnp.exp(obs[..., 1]), obs[..., 2]
+    target = time_left * (1.0 - 1.0 / jnp.maximum(steps_left, 1.0))
+    action = jnp.clip((held - target) / jnp.maximum(held, 1e-12), 1e-5, 1.0 - 1e-5)
+    return jnp.clip(jnp.log(action) - jnp.log1p(-action), -10.0, 10.0)
+
+
 class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
     """Parent-order execution on replayed minute bars (see the module docstring).
 
@@ -195,7 +213,8 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             ``reward(prev_state, action, next_state, params) -> float32 scalar``;
             :func:`default_reward` unless replaced (e.g. by validated LLM code).
 
-    Observation: float32 ``[3 + lookback * F]``: ``(T - t)/T``, ``I_t/Q``, the move of the
+    Observation: float32 ``[4 + lookback * F]``: ``(T - t)/T``, ``log(T - t)`` (so the
+    TWAP pace ``1/(T - t)`` is a linear function of the input), ``I_t/Q``, the move of the
     last seen price since arrival in percent, then the normalized market features of the
     ``lookback`` slots before the current one (zeros before the day's first bar).
     """
@@ -231,20 +250,20 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             The initial ``EnvState``.
         """
         data = params.data
-        slots = jnp.arange(data.num_slots)
-        in_window = (slots >= start) & (slots < start + window_len)
-        price = data.price[episode]
-        volume = data.volume[episode] * in_window
-        twap = jnp.sum(price * in_window) / jnp.maximum(jnp.sum(in_window), 1)
+        end = start + window_len
+
+        def window_sum(cumulative):  # O(1) from the running sums
+            return cumulative[episode, end] - cumulative[episode, start]
+
+        twap = window_sum(data.cum_price) / jnp.maximum(window_len, 1)
+        window_volume = window_sum(data.cum_volume)
         vwap = jnp.where(
-            jnp.sum(volume) > 0, safe_divide(jnp.sum(price * volume), jnp.sum(volume)), twap
+            window_volume > 0, safe_divide(window_sum(data.cum_notional), window_volume), twap
         )
         benchmark = twap if params.benchmark == "twap" else vwap
-        expected_volume = data.expected_day_volume[episode] * jnp.sum(
-            data.volume_profile[episode] * in_window
-        )
+        expected_volume = data.expected_day_volume[episode] * window_sum(data.cum_profile)
         quantity = params.order_fraction * quantity_multiplier * expected_volume
-        arrival = price[jnp.maximum(start - 1, 0)]
+        arrival = data.price[episode, jnp.maximum(start - 1, 0)]
         zero = jnp.zeros((), jnp.float32)
         return EnvState(
             time=jnp.zeros((), jnp.int32),
@@ -262,21 +281,65 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             last_market_price=arrival.astype(jnp.float32),
         )
 
-    def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
-        """Draws a symbol-day, a window and Q; returns ``(obs, state)``."""
-        key_ep, key_start, key_len, key_qty = jax.random.split(key, 4)
+    def reset_state(self, key: jax.Array, params: EnvParams) -> EnvState:
+        """Draws a symbol-day, a window and Q uniformly; returns the initial state.
+
+        One ``uniform`` draw of 4 numbers feeds every choice (cheaper than 4 PRNG
+        calls, and it runs at every step of the auto-reset).
+        """
+        u = jax.random.uniform(key, (4,))
         n_slots = params.data.num_slots
-        episode = jax.random.randint(key_ep, (), 0, params.data.num_episodes)
+        episode = jnp.minimum(
+            (u[0] * params.data.num_episodes).astype(jnp.int32), params.data.num_episodes - 1
+        )
         min_len = jnp.clip(params.min_window_len, 1, n_slots)
-        rand_start = jax.random.randint(key_start, (), 0, n_slots - min_len + 1)
-        rand_len = jax.random.randint(key_len, (), min_len, n_slots - rand_start + 1)
+        n_starts = n_slots - min_len + 1
+        rand_start = jnp.minimum((u[1] * n_starts).astype(jnp.int32), n_starts - 1)
+        n_lens = n_slots - rand_start - min_len + 1
+        rand_len = min_len + jnp.minimum((u[2] * n_lens).astype(jnp.int32), n_lens - 1)
         start = jnp.where(params.random_window, rand_start, 0)
         window_len = jnp.where(params.random_window, rand_len, n_slots)
-        multiplier = jax.random.uniform(
-            key_qty, (), minval=params.quantity_low, maxval=params.quantity_high
-        )
-        state = self.init_state(params, episode, start, window_len, multiplier)
+        multiplier = params.quantity_low + u[3] * (params.quantity_high - params.quantity_low)
+        return self.init_state(params, episode, start, window_len, multiplier)
+
+    def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
+        """Draws a symbol-day, a window and Q; returns ``(obs, state)``."""
+        state = self.reset_state(key, params)
         return self.get_obs(state, params), state
+
+    @partial(jax.jit, static_argnames=("self",))
+    def step(
+        self,
+        key: jax.Array,
+        state: EnvState,
+        action: jnp.ndarray,
+        params: EnvParams | None = None,
+    ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, jnp.ndarray, dict[str, Any]]:
+        """gymnax ``step`` with auto-reset: ``(obs, state, reward, terminated, truncated, info)``.
+
+        Same contract as ``gymnax.environments.environment.Environment.step`` (including
+        ``info["final_observation"]``), restructured for speed: the reset draws its
+        randomness once and the observation is gathered once, from the selected state,
+        instead of for both the stepped and the reset state. ``final_observation`` costs
+        nothing when unused (XLA drops it).
+        """
+        if params is None:
+            params = self.default_params
+        key_step, key_reset = jax.random.split(key)
+        obs_step, state_step, reward, terminated, info = self.step_env(
+            key_step, state, action, params
+        )
+        truncated = self.is_truncated(state_step, params)
+        done = jnp.logical_or(terminated, truncated)
+        state_reset = self.reset_state(key_reset, params)
+        state = jax.tree.map(lambda r, s: jax.lax.select(done, r, s), state_reset, state_step)
+        info = {
+            **info,
+            "terminated": terminated,
+            "truncated": truncated,
+            "final_observation": obs_step,
+        }
+        return self.get_obs(state, params), state, reward, terminated, truncated, info
 
     def step_env(
         self, key: jax.Array, state: EnvState, action: jnp.ndarray, params: EnvParams
@@ -335,7 +398,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
     def get_obs(
         self, state: EnvState, params: EnvParams, key: jax.Array | None = None
     ) -> jnp.ndarray:
-        """Observation ``[3 + lookback * F]`` float32 (see the class docstring)."""
+        """Observation ``[4 + lookback * F]`` float32 (see the class docstring)."""
         del key
         data = params.data
         slot = state.start + state.time
@@ -349,7 +412,8 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         past = slot - params.lookback + jnp.arange(params.lookback)
         features = data.features[state.episode, jnp.clip(past, 0, data.num_slots - 1)]
         features = jnp.where((past >= 0)[:, None], features, 0.0)
-        private = jnp.stack([time_left, inventory_left, move_pct])
+        steps_left = jnp.maximum(state.window_len - state.time, 1).astype(jnp.float32)
+        private = jnp.stack([time_left, jnp.log(steps_left), inventory_left, move_pct])
         return jnp.concatenate([private, features.reshape(-1)]).astype(jnp.float32)
 
     def is_terminated(self, state: EnvState, params: EnvParams) -> jnp.ndarray:
@@ -365,7 +429,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         return "ExecutionEnv"
 
     def observation_size(self, params: EnvParams) -> int:
-        """Length of the observation vector, ``3 + lookback * F``."""
+        """Length of the observation vector, ``4 + lookback * F``."""
         return NUM_PRIVATE_FEATURES + params.lookback * params.data.num_features
 
     def action_space(self, params: EnvParams | None = None) -> spaces.Box:

@@ -9,7 +9,16 @@ trading day, F = number of normalized features.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
+
+
+def _prefix_sum(x: np.ndarray) -> jnp.ndarray:
+    """``[N, T] -> [N, T + 1]`` running sums from 0, accumulated in float64."""
+    x = np.asarray(x, np.float64)
+    out = np.zeros((x.shape[0], x.shape[1] + 1))
+    np.cumsum(x, axis=1, out=out[:, 1:])
+    return jnp.asarray(out, jnp.float32)
 
 
 @struct.dataclass
@@ -27,6 +36,11 @@ class MarketData:
         mean_minute_volume: ``[N]`` the symbol's mean volume per minute on training days.
         sigma: ``[N]`` the symbol's per-minute log-return standard deviation on
             training days (a fraction, e.g. 1e-3 = 10 bps).
+        cum_price, cum_volume, cum_notional, cum_profile: ``[N, T + 1]`` running sums of
+            price, volume, price x volume and volume profile (index 0 is 0), so any
+            window's TWAP, VWAP and expected volume cost O(1) at reset.
+
+    Build it with :meth:`create` (or :meth:`from_episodes`), which fills the running sums.
     """
 
     price: jnp.ndarray
@@ -36,6 +50,10 @@ class MarketData:
     expected_day_volume: jnp.ndarray
     mean_minute_volume: jnp.ndarray
     sigma: jnp.ndarray
+    cum_price: jnp.ndarray
+    cum_volume: jnp.ndarray
+    cum_notional: jnp.ndarray
+    cum_profile: jnp.ndarray
 
     @property
     def num_episodes(self) -> int:
@@ -53,6 +71,61 @@ class MarketData:
         return self.features.shape[2]
 
     @classmethod
+    def create(
+        cls,
+        price,
+        volume,
+        features,
+        volume_profile,
+        expected_day_volume,
+        mean_minute_volume,
+        sigma,
+    ) -> MarketData:
+        """Builds the device arrays (float32) and their running sums from array-likes.
+
+        Args: the attributes above, with the shapes given there.
+
+        Raises:
+            ValueError: arrays whose shapes disagree (naming the array).
+        """
+        price = np.asarray(price)
+        n, t = price.shape
+        expected = {
+            "volume": (n, t),
+            "volume_profile": (n, t),
+            "expected_day_volume": (n,),
+            "mean_minute_volume": (n,),
+            "sigma": (n,),
+        }
+        arrays = {
+            "volume": np.asarray(volume),
+            "volume_profile": np.asarray(volume_profile),
+            "expected_day_volume": np.asarray(expected_day_volume),
+            "mean_minute_volume": np.asarray(mean_minute_volume),
+            "sigma": np.asarray(sigma),
+        }
+        for name, shape in expected.items():
+            if arrays[name].shape != shape:
+                raise ValueError(f"MarketData.{name}: shape {arrays[name].shape}, expected {shape}")
+        features = np.asarray(features)
+        if features.ndim != 3 or features.shape[:2] != (n, t):
+            raise ValueError(f"MarketData.features: shape {features.shape}, expected ({n}, {t}, F)")
+        f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+        return cls(
+            price=f32(price),
+            volume=f32(arrays["volume"]),
+            features=f32(features),
+            volume_profile=f32(arrays["volume_profile"]),
+            expected_day_volume=f32(arrays["expected_day_volume"]),
+            mean_minute_volume=f32(arrays["mean_minute_volume"]),
+            sigma=f32(arrays["sigma"]),
+            cum_price=_prefix_sum(price),
+            cum_volume=_prefix_sum(arrays["volume"]),
+            cum_notional=_prefix_sum(price.astype(np.float64) * arrays["volume"]),
+            cum_profile=_prefix_sum(arrays["volume_profile"]),
+        )
+
+    @classmethod
     def from_episodes(cls, episodes) -> MarketData:
         """Moves a :class:`serl_jax.data.EpisodeSet` (numpy arrays) onto the device.
 
@@ -62,12 +135,12 @@ class MarketData:
         Returns:
             The same arrays as float32 ``jnp`` arrays.
         """
-        return cls(
-            price=jnp.asarray(episodes.price, jnp.float32),
-            volume=jnp.asarray(episodes.volume, jnp.float32),
-            features=jnp.asarray(episodes.features, jnp.float32),
-            volume_profile=jnp.asarray(episodes.volume_profile, jnp.float32),
-            expected_day_volume=jnp.asarray(episodes.expected_day_volume, jnp.float32),
-            mean_minute_volume=jnp.asarray(episodes.mean_minute_volume, jnp.float32),
-            sigma=jnp.asarray(episodes.sigma, jnp.float32),
+        return cls.create(
+            episodes.price,
+            episodes.volume,
+            episodes.features,
+            episodes.volume_profile,
+            episodes.expected_day_volume,
+            episodes.mean_minute_volume,
+            episodes.sigma,
         )

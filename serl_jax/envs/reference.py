@@ -53,7 +53,7 @@ class NumpyExecutionEnv:
     def reset(
         self, episode: int, start: int, window_len: int, multiplier: float = 1.0
     ) -> np.ndarray:
-        """Starts an order; returns the first observation ``[3 + lookback * F]``."""
+        """Starts an order; returns the first observation ``[4 + lookback * F]``."""
         p = self.p
         end = start + window_len
         prices = self.price[episode, start:end]
@@ -119,7 +119,7 @@ class NumpyExecutionEnv:
         return float(self.p.side) * (s.notional / s.executed / s.benchmark_price - 1.0) * 1e4
 
     def observation(self) -> np.ndarray:
-        """``[(T-t)/T, I_t/Q, move since arrival %, features of the lookback slots]``."""
+        """``[(T-t)/T, log(T-t), I_t/Q, move since arrival %, lookback-slot features]``."""
         s, lookback = self.state, int(self.p.lookback)
         slot = s.start + s.time
         n_slots = self.price.shape[1]
@@ -136,4 +136,6 @@ class NumpyExecutionEnv:
                 rows.append(np.zeros(self.features.shape[2]))
             else:
                 rows.append(self.features[s.episode, min(past, n_slots - 1)])
-        return np.concatenate([[time_left, inventory_left, move], np.concatenate(rows)])
+        log_steps_left = np.log(max(s.window_len - s.time, 1))
+        private = [time_left, log_steps_left, inventory_left, move]
+        return np.concatenate([private, np.concatenate(rows)])

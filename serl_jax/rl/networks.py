@@ -2,9 +2,10 @@
 
 Contract for any network placed in the slot (the default below or validated LLM code):
 ``module.apply(params, obs)`` with ``obs`` float32 ``[..., D]`` returns
-``(policy_logits [..., 2], value [...])``: two unconstrained numbers that
-:meth:`serl_jax.rl.distributions.Beta.from_logits` turns into the Beta policy over the
-action ``a ∈ [0, 1]``, and the state-value estimate (scaled reward units).
+``(policy_outputs [..., 2], value [...])``: the mean and log-standard-deviation of the
+action's logit, which :meth:`serl_jax.rl.distributions.LogitNormal.from_logits` turns into
+the policy over ``a = sigmoid(z) ∈ (0, 1)``, and the state-value estimate (scaled reward
+units).
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (PureJaxRL's layout).
 
-    Initialization is Glorot-uniform with a near-zero policy head (initial actions are
-    Beta(≈1.7, ≈1.7) everywhere). PureJaxRL's orthogonal init is deliberately not used: it
-    calls LAPACK (QR), and on CPU jaxlib's LAPACK is scipy's OpenBLAS, whose thread server
-    deadlocks when a ``vmap`` over seeds runs several QRs at once (seen with jax 0.10.2).
+    Initialization is Glorot-uniform with a near-zero policy head, so the untrained policy
+    is ``z ~ Normal(prior_logit, 0.5)``: the action prior (TWAP by default, see
+    :func:`serl_jax.envs.execution.twap_action_prior`) with some exploration.
+
+    PureJaxRL's orthogonal init is deliberately not used: it calls LAPACK (QR), and on CPU
+    jaxlib's LAPACK is scipy's OpenBLAS, whose thread server deadlocked when a ``vmap``
+    over seeds ran several QRs at once (seen with jax 0.10.2 on 2 cores).
 
     Attributes:
         hidden_sizes: widths of the hidden layers of each MLP.
@@ -43,7 +47,8 @@ class ActorCritic(nn.Module):
             actor = act(nn.Dense(width, kernel_init=init)(actor))
             critic = act(nn.Dense(width, kernel_init=init)(critic))
         small = nn.initializers.variance_scaling(1e-4, "fan_avg", "uniform")
-        logits = nn.Dense(2, kernel_init=small)(actor)
+        bias = nn.initializers.constant(jnp.array([0.0, jnp.log(0.5)]))
+        logits = nn.Dense(2, kernel_init=small, bias_init=bias)(actor)
         value = nn.Dense(1, kernel_init=init)(critic)
         return logits, value[..., 0]
 
@@ -58,4 +63,4 @@ def make_network(hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh
         raise ValueError(
             f"network.activation: unknown {activation!r}; use one of {sorted(ACTIVATIONS)}"
         )
-    return ActorCritic(hidden_sizes=tuple(hidden_sizes), activation=activation)
+    return ActorCritic(tuple(hidden_sizes), activation)

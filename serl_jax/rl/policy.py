@@ -8,8 +8,9 @@ import flax.linen as nn
 import jax
 from flax import struct
 
+from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.normalization import RunningStats
-from serl_jax.rl.ppo import policy_distribution
+from serl_jax.rl.ppo import ActionPrior, no_action_prior, policy_distribution
 
 
 @struct.dataclass
@@ -20,13 +21,20 @@ class PPOPolicyParams:
     obs_stats: RunningStats
 
 
-def make_ppo_policy(network: nn.Module, normalize_obs: bool = True, deterministic: bool = True):
+def make_ppo_policy(
+    network: nn.Module,
+    normalize_obs: bool = True,
+    deterministic: bool = True,
+    action_prior: ActionPrior = no_action_prior,
+):
     """Wraps the network slot as ``policy(PPOPolicyParams, key, obs, state, env_params)``.
 
     Args:
         network: the flax module used in training.
         normalize_obs: apply the stored running statistics (as in training).
-        deterministic: act with the Beta mean (evaluation default) instead of sampling.
+        action_prior: the reference action logit used in training.
+        deterministic: act with the median ``sigmoid(loc)`` (evaluation default) instead
+            of sampling.
 
     Returns:
         A single-episode policy returning a float32 action in [0, 1].
@@ -35,8 +43,10 @@ def make_ppo_policy(network: nn.Module, normalize_obs: bool = True, deterministi
     def policy(policy_params: PPOPolicyParams, key: jax.Array, obs, state, env_params):
         del state, env_params
         dist, _ = policy_distribution(
-            network, policy_params.params, policy_params.obs_stats, obs, normalize_obs
+            network, policy_params.params, policy_params.obs_stats, obs, normalize_obs, action_prior
         )
-        return dist.mean() if deterministic else dist.sample(key)
+        if deterministic:
+            return dist.median_action()
+        return LogitNormal.action(dist.sample(key))
 
     return policy

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from serl_jax.rl.distributions import Beta
+from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.normalization import RunningStats
 
 
@@ -58,7 +58,7 @@ class PPOConfig:
     gamma: float = 1.0
     gae_lambda: float = 0.95
     clip_eps: float = 0.2
-    ent_coef: float = 0.0
+    ent_coef: float = 0.001
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     lr: float = 3e-4
@@ -100,6 +100,7 @@ class Transition(NamedTuple):
     reward: jnp.ndarray
     log_prob: jnp.ndarray
     obs: jnp.ndarray
+    prior_logit: jnp.ndarray
     order_pa: jnp.ndarray
 
 
@@ -164,20 +165,42 @@ def calculate_gae(
     return advantages
 
 
+ActionPrior = Callable[[jnp.ndarray], jnp.ndarray]
+
+
+def no_action_prior(obs: jnp.ndarray) -> jnp.ndarray:
+    """The zero prior: the network's ``loc`` is the action logit itself."""
+    return jnp.zeros(obs.shape[:-1], obs.dtype)
+
+
 def policy_distribution(
-    network: nn.Module, params: Any, obs_stats: RunningStats, obs: jnp.ndarray, normalize: bool
-) -> tuple[Beta, jnp.ndarray]:
+    network: nn.Module,
+    params: Any,
+    obs_stats: RunningStats,
+    obs: jnp.ndarray,
+    normalize: bool,
+    action_prior: ActionPrior = no_action_prior,
+) -> tuple[LogitNormal, jnp.ndarray]:
     """Applies the network slot to (optionally normalized) ``obs [..., D]``.
 
+    ``action_prior`` maps the raw observation to a reference action logit ``[...]`` that
+    the network's output is added to (see :class:`LogitNormal`).
+
     Returns:
-        The Beta policy over actions and the value estimate ``[...]``.
+        The logit-normal policy and the value estimate ``[...]``.
     """
     x = obs_stats.normalize(obs) if normalize else obs
     logits, value = network.apply(params, x)
-    return Beta.from_logits(logits), value
+    return LogitNormal.from_logits(logits, action_prior(obs)), value
 
 
-def make_trainer(config: PPOConfig, env, env_params, network: nn.Module) -> Trainer:
+def make_trainer(
+    config: PPOConfig,
+    env,
+    env_params,
+    network: nn.Module,
+    action_prior: ActionPrior = no_action_prior,
+) -> Trainer:
     """Builds the pure PPO functions for one environment and network slot.
 
     Args:
@@ -186,6 +209,8 @@ def make_trainer(config: PPOConfig, env, env_params, network: nn.Module) -> Trai
         env_params: its parameters (passed through, not baked in as constants).
         network: a flax module honouring the network-slot contract
             (:mod:`serl_jax.rl.networks`).
+        action_prior: raw observation ``[..., D]`` -> reference action logit ``[...]``
+            added to the network's output (a residual policy); zero by default.
 
     Returns:
         A :class:`Trainer`. Per-update metrics (float32 scalars): ``episode_return`` and
@@ -221,12 +246,13 @@ def make_trainer(config: PPOConfig, env, env_params, network: nn.Module) -> Trai
             key, key_act, key_step = jax.random.split(key, 3)
             x = obs_stats.normalize(obs) if config.normalize_obs else obs
             logits, value = network.apply(train_state.params, x)
-            dist = Beta.from_logits(logits)
-            action = dist.sample(key_act)
+            prior_logit = action_prior(obs)
+            dist = LogitNormal.from_logits(logits, prior_logit)
+            action = dist.sample(key_act)  # the logit z; the env trades sigmoid(z)
             log_prob = dist.log_prob(action)
             step_keys = jax.random.split(key_step, config.num_envs)
             next_obs, env_state, reward, terminated, truncated, info = step_batch(
-                step_keys, env_state, action, env_params
+                step_keys, env_state, LogitNormal.action(action), env_params
             )
             done = jnp.logical_or(terminated, truncated)
             obs_stats = obs_stats.update(next_obs) if config.normalize_obs else obs_stats
@@ -238,6 +264,7 @@ def make_trainer(config: PPOConfig, env, env_params, network: nn.Module) -> Trai
                 reward=reward,
                 log_prob=log_prob,
                 obs=x,
+                prior_logit=prior_logit,
                 order_pa=info["order_pa"],
             )
             ret = (episode_return, done)
@@ -271,7 +298,7 @@ def make_trainer(config: PPOConfig, env, env_params, network: nn.Module) -> Trai
 
                 def _loss_fn(params):
                     logits, value = network.apply(params, t.obs)
-                    dist = Beta.from_logits(logits)
+                    dist = LogitNormal.from_logits(logits, t.prior_logit)
                     log_prob = dist.log_prob(t.action)
                     value_clipped = t.value + jnp.clip(
                         value - t.value, -config.clip_eps, config.clip_eps
@@ -287,10 +314,6 @@ def make_trainer(config: PPOConfig, env, env_params, network: nn.Module) -> Trai
                     )
                     actor_loss = -surrogate.mean()
                     entropy = dist.entropy().mean()
-                    if config.ent_coef == 0.0:
-                        # No bonus: skip differentiating the entropy (its trigamma terms
-                        # cost seconds of XLA compile time on every candidate).
-                        entropy = jax.lax.stop_gradient(entropy)
                     total = actor_loss + config.vf_coef * value_loss - config.ent_coef * entropy
                     stats = {
                         "actor_loss": actor_loss,
@@ -329,11 +352,17 @@ def make_trainer(config: PPOConfig, env, env_params, network: nn.Module) -> Trai
     return Trainer(init=init, update=update, train=train)
 
 
-def make_train(config: PPOConfig, env, env_params, network: nn.Module) -> Callable:
+def make_train(
+    config: PPOConfig,
+    env,
+    env_params,
+    network: nn.Module,
+    action_prior: ActionPrior = no_action_prior,
+) -> Callable:
     """PureJaxRL entry point: ``train(key) -> {"runner_state", "metrics"}``.
 
     ``jax.jit(make_train(...))(key)`` runs the whole training as one program;
     ``jax.jit(jax.vmap(make_train(...)))(keys)`` trains one policy per seed in parallel.
     Metrics have a leading ``[num_updates]`` axis (see :func:`make_trainer`).
     """
-    return make_trainer(config, env, env_params, network).train
+    return make_trainer(config, env, env_params, network, action_prior).train

@@ -1,0 +1,52 @@
+"""Config presets, overrides and their one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serl_jax.config import ConfigError, load_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize("preset", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_shipped_preset_loads(preset):
+    cfg = load_config(CONFIGS / preset)
+    assert cfg.ppo.num_updates >= 1
+    assert cfg.to_dict()["env"]["benchmark"] in ("vwap", "twap")
+
+
+def test_overrides_are_typed_and_applied():
+    cfg = load_config(None, ["ppo.lr=1e-3", "env.side=-1", "network.hidden_sizes=[8, 8]"])
+    assert cfg.ppo.lr == 1e-3 and cfg.env["side"] == -1.0
+    assert cfg.network.hidden_sizes == (8, 8)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("ppo.learning_rate=1", "ppo.learning_rate: unknown key"),
+        ("ppo.num_envs=abc", "ppo.num_envs: expected an integer"),
+        ("env.benchmark=close", "env.benchmark: expected 'vwap' or 'twap'"),
+        ("env.side=0", "env.side: expected 1 (sell) or -1 (buy)"),
+        ("bogus.key=1", "bogus: unknown section"),
+        ("ppo.num_minibatches=7", "ppo.num_minibatches=7 must divide"),
+        ("novalue", "expected section.key=value"),
+    ],
+)
+def test_bad_values_give_one_line_errors(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ppo: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
