@@ -40,7 +40,7 @@ class RunConfig:
     seed: int = 0
     num_seeds: int = 2
     out: str = "runs"
-    progress_chunk: int = 10
+    progress_chunk: int = 5
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,3 +50,8 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("ppo: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_default_preset_is_the_built_in_default():
+    """``python -m serl_jax.train`` without --config must run the documented preset."""
+    assert load_config(CONFIGS / "default.yaml") == load_config(None)

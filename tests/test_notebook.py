@@ -27,7 +27,6 @@ def _stream_text(nb: nbformat.NotebookNode) -> str:
 def test_quickstart_runs_at_tiny_size(monkeypatch):
     """Every cell runs without error; the results table lists PPO and the baselines."""
     monkeypatch.setenv("SERL_QUICKSTART_TINY", "1")  # the kernel inherits the environment
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert not any(cell.get("outputs") for cell in nb.cells), "commit the notebook cleared"
     # Raises CellExecutionError (with the cell and traceback) if any cell fails.

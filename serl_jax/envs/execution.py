@@ -57,7 +57,8 @@ class EnvParams:
         data: the episodes to replay (``MarketData``).
         side: +1.0 sell, -1.0 buy.
         order_fraction: Q as a fraction of the window's expected volume.
-        quantity_low, quantity_high: range of the uniform multiplier on Q (1.0, 1.0 = fixed).
+        quantity_low, quantity_high: range of the uniform multiplier on Q drawn at reset
+            (training augmentation; evaluation rollouts use 1). Equal values fix Q.
         random_window: draw a random sub-window ``[start, start + window_len)`` at reset.
         min_window_len: shortest random window, in slots.
         half_spread_bps: half the bid-ask spread paid on every share, bps.
@@ -77,8 +78,8 @@ class EnvParams:
     data: MarketData
     side: float = 1.0
     order_fraction: float = 0.05
-    quantity_low: float = 1.0
-    quantity_high: float = 1.0
+    quantity_low: float = 0.5
+    quantity_high: float = 1.5
     random_window: bool = False
     min_window_len: int = 30
     half_spread_bps: float = 2.0

@@ -50,9 +50,9 @@ class PPOConfig:
         normalize_obs: normalize observations with running statistics.
     """
 
-    num_envs: int = 256
+    num_envs: int = 128
     num_steps: int = 240
-    total_timesteps: int = 2_000_000
+    total_timesteps: int = 1_228_800
     update_epochs: int = 4
     num_minibatches: int = 8
     gamma: float = 1.0
