@@ -173,7 +173,18 @@ def test_reset_vmaps_over_thousands_and_respects_windows(cn_market):
     assert obs.shape == (4096, env.observation_size(params))
     assert bool(jnp.all(state.window_len >= 20))
     assert bool(jnp.all(state.start + state.window_len <= data.num_slots))
-    assert len(np.unique(np.asarray(state.episode))) == data.num_episodes
+    # Episodes are drawn uniformly: counts within 5 sigma of 4096/N each.
+    counts = np.bincount(np.asarray(state.episode), minlength=data.num_episodes)
+    expected = 4096 / data.num_episodes
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected)), counts
+    ep, start, length = (np.asarray(x) for x in (state.episode, state.start, state.window_len))
+    profile = np.asarray(data.volume_profile, np.float64)
+    window_share = np.array(
+        [profile[e, s : s + n].sum() for e, s, n in zip(ep, start, length, strict=True)]
+    )
+    expected_volume = np.asarray(data.expected_day_volume, np.float64)[ep] * window_share
+    multipliers = np.asarray(state.quantity, np.float64) / (0.05 * expected_volume)
+    assert 0.5 <= multipliers.min() < 0.52 and 1.48 < multipliers.max() <= 1.5
     assert np.isfinite(np.asarray(obs)).all()
 
 
