@@ -37,7 +37,7 @@ from serl_jax.data import DataError, MarketSplits, load_market, sample_path
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import baseline_policies, evaluate_policies, train_policy
-from serl_jax.metrics import format_table, price_advantage
+from serl_jax.metrics import ExecutionMetrics, format_table, price_advantage
 from serl_jax.plots import plot_pa_distribution, plot_training_curve, plot_trajectories
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.policy import make_ppo_policy
@@ -65,12 +65,13 @@ def load_splits(cfg: Config, spec: str) -> MarketSplits:
     )
 
 
-def run_market(cfg: Config, splits: MarketSplits, out_dir: Path, progress: bool) -> dict[str, Any]:
+def run_market(
+    cfg: Config, splits: MarketSplits, out_dir: Path, progress: bool
+) -> tuple[dict[str, Any], dict[str, ExecutionMetrics]]:
     """Trains, selects and evaluates on one market; writes its artifacts into ``out_dir``.
 
     Returns:
-        The market's entry of ``metrics.json`` (with the ``ExecutionMetrics`` objects
-        under the private key ``"_metrics"`` for the table).
+        The market's entry of ``metrics.json`` and the test metrics per policy.
     """
     env = ExecutionEnv()
     train_params = cfg.env_params(MarketData.from_episodes(splits.train))
@@ -143,8 +144,7 @@ def run_market(cfg: Config, splits: MarketSplits, out_dir: Path, progress: bool)
             "env_steps_per_second": steps_per_second,
         },
         "policies": {name: m.to_dict() for name, (m, _) in results.items()},
-        "_metrics": {name: m for name, (m, _) in results.items()},
-    }
+    }, {name: m for name, (m, _) in results.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     for splits in markets:
         if not args.quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
-        entry = run_market(cfg, splits, staging / splits.name, progress=not args.quiet)
-        for policy, metrics in entry.pop("_metrics").items():
+        entry, test_metrics = run_market(
+            cfg, splits, staging / splits.name, progress=not args.quiet
+        )
+        for policy, metrics in test_metrics.items():
             table_rows[(splits.name, policy)] = metrics
         report["markets"][splits.name] = entry
 

@@ -1,0 +1,35 @@
+"""PPO + GAE in JAX, the network slot, the action distribution and checkpoints."""
+
+from serl_jax.rl.checkpoint import CheckpointError, load_policy, save_policy
+from serl_jax.rl.distributions import LogitNormal
+from serl_jax.rl.networks import ActorCritic, make_network
+from serl_jax.rl.normalization import RunningStats
+from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
+from serl_jax.rl.ppo import (
+    PPOConfig,
+    Trainer,
+    Transition,
+    calculate_gae,
+    make_train,
+    make_trainer,
+    no_action_prior,
+)
+
+__all__ = [
+    "ActorCritic",
+    "CheckpointError",
+    "LogitNormal",
+    "PPOConfig",
+    "PPOPolicyParams",
+    "RunningStats",
+    "Trainer",
+    "Transition",
+    "calculate_gae",
+    "load_policy",
+    "make_network",
+    "make_ppo_policy",
+    "make_train",
+    "make_trainer",
+    "no_action_prior",
+    "save_policy",
+]
