@@ -5,8 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serl_jax.data import load_market, sample_path
+from serl_jax.data import load_market, load_minute_bars, sample_path
 from serl_jax.envs.market_data import MarketData
+
+
+@pytest.fixture(scope="session")
+def cn_bars():
+    """The shipped A-share sample as validated minute bars."""
+    return load_minute_bars(sample_path("cn_1min"))
+
+
+@pytest.fixture(scope="session")
+def us_bars():
+    """The shipped US sample as validated minute bars."""
+    return load_minute_bars(sample_path("us_1min"))
 
 
 @pytest.fixture(scope="session")

@@ -19,21 +19,8 @@ from serl_jax.data import (
     bars_from_frame,
     build_episodes,
     fit_stats,
-    load_market,
-    load_minute_bars,
-    sample_path,
     split_days,
 )
-
-
-@pytest.fixture(scope="module")
-def us_bars():
-    return load_minute_bars(sample_path("us_1min"))
-
-
-@pytest.fixture(scope="module")
-def cn_market():
-    return load_market(sample_path("cn_1min"))
 
 
 def _frame(rows: list[tuple], columns=("symbol", "datetime", "price", "volume")) -> pd.DataFrame:

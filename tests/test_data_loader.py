@@ -365,16 +365,6 @@ def test_bars_from_frame_needs_a_symbol():
 # ---------------------------------------------------------------- the shipped samples
 
 
-@pytest.fixture(scope="module")
-def cn_bars():
-    return load_minute_bars(sample_path("cn_1min"))
-
-
-@pytest.fixture(scope="module")
-def us_bars():
-    return load_minute_bars(sample_path("us_1min"))
-
-
 def test_sample_files_are_shipped_with_provenance():
     for market, n in (("cn_1min", 4), ("us_1min", 4)):
         files = sorted(sample_path(market).glob("*.csv.gz"))
