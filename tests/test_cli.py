@@ -104,3 +104,17 @@ def test_train_rejects_bad_config_without_creating_a_run(tmp_path, capsys):
     assert train.main(["--out", str(tmp_path), "ppo.num_envs=0"]) == 2
     assert "ppo.num_envs" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_interrupted_run_leaves_no_folder_that_looks_complete(tmp_path, monkeypatch):
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "run_market", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(
+            ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min"]
+        )
+    (staged,) = list(tmp_path.iterdir())
+    assert staged.name.startswith(".") and staged.name.endswith(".incomplete")
+    assert (staged / "config.yaml").is_file() and not (staged / "metrics.json").exists()
