@@ -1,0 +1,140 @@
+"""Two-stage validation of LLM-generated code for the reward and network slots.
+
+Stage 1 (:mod:`llm.validate.static`) parses the code and checks it against an AST
+allow-list and size limits, executing nothing. Stage 2 (:mod:`llm.validate.sandbox`)
+defines the code in restricted globals inside a child process with CPU-time, memory,
+file-size and wall-time limits, no network namespace where available, and an audit hook
+against files, sockets and processes; it traces the entry point with ``jax.eval_shape`` on
+the environment's real shapes and runs it jitted on a real batch. Typical use::
+
+    from llm.validate import load_validated, validate
+
+    result = validate(code, "reward")
+    if result.ok:
+        reward_fn = load_validated(code, "reward")
+        env = ExecutionEnv(reward_fn=reward_fn)
+
+Entry points: ``kind="reward"``: ``def reward(prev_state, action, next_state, params)``
+returning a float32 scalar (``EnvState`` / ``EnvParams`` of
+:mod:`serl_jax.envs.execution`); ``kind="network"``: ``class Network(nn.Module)``,
+instantiated as ``Network()``, whose ``apply(params, obs[..., D])`` returns
+``(policy_outputs [..., 2], value [...])``.
+
+Command line: ``python -m llm.validate --kind reward|network FILE [--json]`` (exit 0
+accepted, 1 rejected, 2 usage error).
+
+What is enforced, in short (details in each module): stage 1 allows only the listed
+imports and no dunder/private attributes, reflection builtins, frame/traceback
+attributes, ``str.format``, host callbacks, JAX host I/O or global registries, and no
+attribute assignment except ``self.x`` in methods; stage 2 runs in a separate process with
+``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE=0``, a wall-time kill, a fresh network
+namespace when ``unshare`` permits (:func:`llm.validate.sandbox.network_isolation`), an
+audit hook refusing file access, sockets, processes and class patching, curated builtins
+and read-only module views; it also refuses networks over ``Limits.max_params`` and
+compiled programs over ``Limits.max_program_bytes``.
+
+What is not enforced (honestly):
+
+- :func:`load_validated` runs in the caller's process; restricted globals and read-only
+  module views there are defense in depth, not an isolation boundary (CPython has none).
+- Stage 2 tries the code on the shipped sample's shapes and a batch of real states; code
+  can behave differently on other data (e.g. loop at trace time only for bigger inputs),
+  so training must keep its own time limits.
+- Mutation of mutable objects reachable through allowed modules (if any) by method calls
+  is not detected; module attributes themselves cannot be reassigned.
+- Without ``unshare`` the child shares the host's network namespace; sockets are then
+  stopped only by the audit hook and the ``socket`` stub.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from llm.validate.static import Limits, StaticError, check_static
+
+Stage = Literal["static", "runtime"]
+
+__all__ = [
+    "Limits",
+    "StaticError",
+    "ValidationResult",
+    "check_static",
+    "load_validated",
+    "validate",
+]
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """Outcome of :func:`validate`.
+
+    Attributes:
+        ok: the code passed both stages.
+        stage: the stage that rejected it (``"static"`` or ``"runtime"``), ``None`` if ok.
+        reason: why it was rejected, or a short note on what was accepted.
+    """
+
+    ok: bool
+    stage: Stage | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable ``{"ok", "stage", "reason"}``."""
+        return {"ok": self.ok, "stage": self.stage, "reason": self.reason}
+
+
+def validate(
+    code: str,
+    kind: Literal["reward", "network"],
+    *,
+    limits: Limits | None = None,
+    runtime: bool = True,
+) -> ValidationResult:
+    """Validates candidate code in two stages.
+
+    Args:
+        code: the candidate's Python source.
+        kind: ``"reward"`` or ``"network"`` (the slot it is meant for).
+        limits: size and resource limits (:class:`Limits` defaults when ``None``).
+        runtime: run stage 2 (``False``: stage 1 only, e.g. for a quick pre-filter; a
+            result with ``ok=True`` then means only "passed the static checks").
+
+    Returns:
+        A :class:`ValidationResult`; never raises for bad code.
+    """
+    limits = limits or Limits()
+    try:
+        check_static(code, kind, limits)
+    except StaticError as e:
+        return ValidationResult(False, "static", str(e))
+    if not runtime:
+        return ValidationResult(True, None, "passed the static checks (runtime not run)")
+    from llm.validate.sandbox import run_runtime_stage
+
+    ok, reason = run_runtime_stage(code, kind, limits)
+    return ValidationResult(ok, None if ok else "runtime", reason)
+
+
+def load_validated(code: str, kind: Literal["reward", "network"]) -> Any:
+    """Defines already-validated code in this process, in the same restricted globals.
+
+    Runs stage 1 again (cheap) and refuses code that fails it; does not re-run stage 2,
+    which the caller must have passed (:func:`validate`), since defining the module body
+    executes its top-level statements here, outside the sandbox.
+
+    Args:
+        code: the candidate's source, as validated.
+        kind: ``"reward"`` or ``"network"``.
+
+    Returns:
+        The ``reward`` function, or a ``Network()`` instance (a ``flax.linen.Module``).
+
+    Raises:
+        StaticError: the code fails stage 1.
+        TypeError: the entry point is missing or of the wrong type.
+    """
+    from llm.validate.restricted import define
+
+    entry = define(code, kind)
+    return entry if kind == "reward" else entry()

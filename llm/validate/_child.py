@@ -1,0 +1,358 @@
+"""Stage-2 child process, started by
+:func:`llm.validate.sandbox.run_runtime_stage` (not a user entry point).
+
+Reads ``{"code", "kind", "limits", "skip_static"}`` as JSON on stdin and writes one line
+``@@SERL_VALIDATE@@ {"ok", "reason"}`` on stdout. Order of work:
+
+0. Sets its resource limits (:func:`set_limits`).
+1. Imports JAX/flax and builds the trial inputs from the shipped real sample (US minute
+   bars, validation days): a batch of ``EnvState`` transitions (including last steps of
+   windows) and the matching observations.
+2. Installs the guards: a ``sys.addaudithook`` hook that, from then on, refuses (raises
+   ``PermissionError``) and records file opens other than read-only opens inside the
+   Python installation and the ``llm`` / ``serl_jax`` packages, directory listings
+   outside those, file-system changes, sockets,
+   subprocess / ``os.system`` / ``exec*`` / ``fork`` / ``kill``, ``ctypes``, new imports
+   of OS-level modules, tracing/profiling hooks and setting attributes on classes the
+   candidate did not define; ``socket.socket`` is replaced by a stub. Audit hooks cannot be removed.
+3. Defines the candidate in restricted globals (:mod:`llm.validate.restricted`), checks it
+   with ``jax.eval_shape`` on the real shapes, then runs it jitted on the real batch
+   (reward: ``jit(vmap(reward))`` and a vmapped ``ExecutionEnv.step_env`` with it; network:
+   ``init`` + ``apply``) and checks shapes, dtypes, finiteness, the parameter count (from
+   shapes, before allocating) and XLA's estimate of each compiled program's buffers
+   (``Limits.max_program_bytes``, before running it).
+
+Any recorded guard violation rejects the candidate even if its code caught the error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+RESULT_MARKER = "@@SERL_VALIDATE@@"
+
+_BLOCKED_EVENT_PREFIXES = (
+    "socket.", "subprocess.", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
+    "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.remove", "os.unlink", "os.rename",
+    "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.chflags", "os.truncate",
+    "os.symlink", "os.link", "os.utime", "os.putenv", "os.unsetenv", "os.chdir",
+    "os.startfile", "os.setxattr", "os.removexattr", "shutil.", "ctypes.", "pty.",
+    "urllib.", "http.", "ftplib.", "smtplib.", "poplib.", "imaplib.", "nntplib.",
+    "telnetlib.", "webbrowser.", "sys._current_frames", "sys.settrace",
+    "sys.setprofile", "sys.addaudithook", "code.", "cpython.run_", "mmap.", "resource.",
+    "fcntl.", "msvcrt.", "winreg.", "_winapi.", "signal.", "faulthandler.",
+)  # fmt: skip
+_BLOCKED_IMPORTS = frozenset(
+    {
+        "ctypes", "_ctypes", "socket", "_socket", "subprocess", "_posixsubprocess",
+        "multiprocessing", "pty", "shutil", "urllib", "http", "ftplib", "smtplib", "ssl",
+        "asyncio", "select", "selectors", "mmap", "fcntl", "resource", "signal", "pickle",
+        "marshal", "webbrowser", "code", "codeop", "pdb", "importlib", "runpy", "zipimport",
+    }
+)  # fmt: skip
+
+
+class _Guard:
+    """The audit hook; inactive until :meth:`arm`."""
+
+    def __init__(self, read_roots: tuple[str, ...]):
+        self.read_roots = read_roots
+        self.armed = False
+        self.violations: list[str] = []
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def _deny(self, what: str) -> None:
+        if len(self.violations) < 20:
+            self.violations.append(what)
+        raise PermissionError(f"sandbox: {what} is not allowed")
+
+    def _readable(self, path) -> bool:
+        if isinstance(path, int):  # an already open descriptor (e.g. os.fdopen)
+            return False
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        real = os.path.realpath(str(path))
+        return any(real == root or real.startswith(root + os.sep) for root in self.read_roots)
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if not self.armed:
+            return
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+            )
+            if path is None or writing or not self._readable(path):
+                self._deny(f"open({path!r}, {mode!r})")
+        elif event in ("os.listdir", "os.scandir", "glob.glob", "os.walk"):
+            path = args[0] if args else "."
+            if path is None or not self._readable(path):
+                self._deny(f"{event}({path!r})")
+        elif event == "import":
+            name = str(args[0]).split(".")[0] if args else ""
+            if name in _BLOCKED_IMPORTS:
+                self._deny(f"import {args[0]}")
+        elif event == "object.__setattr__" or event == "object.__delattr__":
+            target = args[0] if args else None
+            if isinstance(target, type):
+                if not str(target.__dict__.get("__module__")).startswith("serl_candidate"):
+                    self._deny(f"{event}({target.__qualname__}.{args[1]})")
+        elif event.startswith(_BLOCKED_EVENT_PREFIXES):
+            self._deny(event)
+
+
+def _read_roots() -> tuple[str, ...]:
+    """Directories the armed guard still lets Python read (lazy imports of library code):
+    the interpreter's and the environment's prefixes and the ``llm`` and ``serl_jax``
+    packages. Everything else (the repository, home, /tmp, /proc, /etc) is refused."""
+    import llm
+    import serl_jax
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    roots |= {os.path.dirname(m.__file__) for m in (llm, serl_jax)}
+    return tuple(sorted(os.path.realpath(r) for r in roots if r and os.path.isdir(r)))
+
+
+def _socket_guard() -> None:
+    """Replaces ``socket.socket`` and friends by stubs that refuse (belt and braces)."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("sandbox: sockets are not allowed")
+
+    for name in ("socket", "create_connection", "create_server", "socketpair", "fromfd"):
+        if hasattr(socket, name):
+            setattr(socket, name, refuse)
+
+
+def _candidate_line(exc: BaseException) -> int | None:
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<candidate>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    message = " ".join(text[:3])[:400] if text else ""
+    where = _candidate_line(exc)
+    prefix = f"line {where}: " if where else ""
+    return f"{prefix}{type(exc).__name__}: {message}".rstrip(": ")
+
+
+def _trial_inputs(batch_size: int):
+    """Real transitions and observations from the shipped US sample (validation days)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from serl_jax.data import load_market, sample_path
+    from serl_jax.envs import EnvParams, ExecutionEnv, MarketData
+
+    market = load_market(sample_path("us_1min"))
+    data = MarketData.from_episodes(market.val)
+    params = EnvParams(data=data)
+    env = ExecutionEnv()
+    rng = np.random.default_rng(0)
+    n, t = data.num_episodes, data.num_slots
+    episode = rng.integers(0, n, batch_size).astype(np.int32)
+    window_len = rng.integers(2, t + 1, batch_size).astype(np.int32)
+    start = (rng.random(batch_size) * (t - window_len + 1)).astype(np.int32)
+    time = (rng.random(batch_size) * window_len).astype(np.int32)
+    time[: max(1, batch_size // 4)] = window_len[: max(1, batch_size // 4)] - 1  # last steps
+    left = rng.uniform(0.0, 1.0, batch_size).astype(np.float32)
+    left[: max(1, batch_size // 8)] = 0.0  # nothing left (divisions by zero inventory)
+    action = rng.uniform(0.0, 1.0, batch_size).astype(np.float32)
+
+    def make(ep, st, wl, tm, lf, act):
+        state = env.init_state(params, ep, st, wl)
+        state = state.replace(time=tm, inventory=state.quantity * lf)
+        state = state.replace(executed=state.quantity - state.inventory)
+        _, next_state, _, _, _ = env.step_env(jax.random.PRNGKey(0), state, act, params)
+        return state, next_state, env.get_obs(state, params)
+
+    prev, nxt, obs = jax.jit(jax.vmap(make))(
+        jnp.asarray(episode), jnp.asarray(start), jnp.asarray(window_len),
+        jnp.asarray(time), jnp.asarray(left), jnp.asarray(action),
+    )  # fmt: skip
+    return env, params, prev, jnp.asarray(action), nxt, obs
+
+
+def _compile(fn, max_bytes: int, *args):
+    """Jits and compiles ``fn`` for ``args``; refuses programs whose buffers exceed
+    ``max_bytes`` (XLA's own estimate of temporaries + outputs, before anything runs)."""
+    import jax
+
+    compiled = jax.jit(fn).lower(*args).compile()
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not every backend reports; RLIMIT_AS still holds
+        stats = None
+    if stats is not None:
+        needed = int(stats.temp_size_in_bytes) + int(stats.output_size_in_bytes)
+        if needed > max_bytes:
+            raise MemoryError(
+                f"the compiled program needs {needed / 2**20:.0f} MiB of buffers, "
+                f"limit {max_bytes / 2**20:.0f} MiB"
+            )
+    return compiled
+
+
+def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    one = jax.tree.map(lambda x: x[0], (prev, action, nxt))
+    out = jax.eval_shape(entry, one[0], one[1], one[2], params)
+    if not hasattr(out, "shape") or not hasattr(out, "dtype"):
+        raise ValueError(f"reward must return an array scalar, got {type(out).__name__}")
+    if tuple(out.shape) != ():
+        raise ValueError(f"reward must return a scalar, got shape {tuple(out.shape)}")
+    if out.dtype != jnp.float32:
+        raise ValueError(f"reward must return float32, got {out.dtype}")
+    # The reward alone, vmapped, and the slot as the env uses it (a vmapped step_env with
+    # this reward), compiled together as one program.
+    slot_env = type(env)(reward_fn=entry)
+    step = jax.vmap(slot_env.step_env, in_axes=(None, 0, 0, None))
+
+    def trial(key, prev, action, nxt, params):
+        alone = jax.vmap(entry, in_axes=(0, 0, 0, None))(prev, action, nxt, params)
+        return alone, step(key, prev, action, params)[2]
+
+    args = (jax.random.PRNGKey(1), prev, action, nxt, params)
+    values, in_env = _compile(trial, max_bytes, *args)(*args)
+    if values.shape != (action.shape[0],):
+        raise ValueError(f"vmapped reward has shape {values.shape}, expected {action.shape}")
+    finite = jnp.isfinite(values)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        raise ValueError(f"reward is not finite (NaN/inf) on {bad} of {values.size} states")
+    if not bool(jnp.isfinite(in_env).all()):
+        raise ValueError("reward is not finite (NaN/inf) inside ExecutionEnv.step")
+
+
+def _check_network(entry, obs, max_params: int, max_bytes: int) -> str:
+    import jax
+    import jax.numpy as jnp
+
+    module = entry()
+    key = jax.random.PRNGKey(0)
+    shapes = jax.eval_shape(module.init, key, obs)
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    if n_params > max_params:
+        raise ValueError(f"network has {n_params} parameters, limit {max_params}")
+    dim = obs.shape[-1]
+    for batch in [(obs.shape[0],), (), (2, 3)]:
+        probe = jax.ShapeDtypeStruct((*batch, dim), jnp.float32)
+        out = jax.eval_shape(module.apply, shapes, probe)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise ValueError("network must return a tuple (policy_outputs, value)")
+        policy, value = out
+        if tuple(policy.shape) != (*batch, 2) or tuple(value.shape) != batch:
+            raise ValueError(
+                f"on obs {(*batch, dim)} the network returned policy {tuple(policy.shape)} "
+                f"and value {tuple(value.shape)}; expected {(*batch, 2)} and {batch}"
+            )
+        if policy.dtype != jnp.float32 or value.dtype != jnp.float32:
+            raise ValueError(f"network outputs must be float32, got {policy.dtype}, {value.dtype}")
+    variables = _compile(module.init, max_bytes, key, obs)(key, obs)
+    if set(variables) != {"params"}:
+        raise ValueError(f"network must have only 'params' variables, got {sorted(variables)}")
+    policy, value = _compile(module.apply, max_bytes, variables, obs)(variables, obs)
+    if not (bool(jnp.isfinite(policy).all()) and bool(jnp.isfinite(value).all())):
+        raise ValueError("network outputs are not finite (NaN/inf) on real observations")
+    return f"{n_params} parameters, outputs finite on {obs.shape[0]} real observations"
+
+
+def run(request: dict) -> dict:
+    """Runs stage 2 in this (already resource-limited) process; returns ``{ok, reason}``."""
+    code, kind = request["code"], request["kind"]
+    limits = request.get("limits", {})
+    guard = _Guard(_read_roots())
+    sys.addaudithook(guard)
+    try:
+        from llm.validate import restricted
+        from llm.validate.static import StaticError, check_static
+
+        env, params, prev, action, nxt, obs = _trial_inputs(int(limits.get("batch_size", 64)))
+    except Exception as e:  # the harness itself failed: not the candidate's fault
+        return {"ok": False, "reason": f"sandbox setup failed: {_describe(e)}", "setup": True}
+    _socket_guard()
+    guard.arm()
+    try:
+        if not request.get("skip_static"):
+            check_static(code, kind)
+        entry = _define(restricted, code, kind)
+        max_bytes = int(limits.get("max_program_bytes", 2**30))
+        if kind == "reward":
+            _check_reward(entry, env, params, prev, action, nxt, max_bytes)
+            detail = f"float32 scalar, jit+vmap, finite on {action.shape[0]} real transitions"
+        else:
+            max_params = int(limits.get("max_params", 1_000_000))
+            detail = _check_network(entry, obs, max_params, max_bytes)
+    except StaticError as e:
+        return {"ok": False, "reason": f"static: {e}"}
+    except RecursionError:
+        return {"ok": False, "reason": "RecursionError: maximum recursion depth exceeded"}
+    except MemoryError as e:
+        return {"ok": False, "reason": f"MemoryError: {e or 'memory limit exceeded'}"}
+    except BaseException as e:  # noqa: BLE001 - anything the candidate raises rejects it
+        if guard.violations:
+            return {"ok": False, "reason": f"sandbox violation: {guard.violations[0]}"}
+        return {"ok": False, "reason": _describe(e)}
+    if guard.violations:
+        return {"ok": False, "reason": f"sandbox violation: {guard.violations[0]}"}
+    return {"ok": True, "reason": detail}
+
+
+def _define(restricted, code: str, kind: str):
+    """Defines the candidate without re-running stage 1 when the caller asked to skip it."""
+    namespace = restricted.restricted_globals()
+    exec(compile(code, restricted.CANDIDATE_FILENAME, "exec"), namespace)  # noqa: S102
+    if kind == "reward":
+        entry = namespace.get("reward")
+        if not callable(entry):
+            raise TypeError("'reward' is not a function")
+        return entry
+    import flax.linen as nn
+
+    entry = namespace.get("Network")
+    if not (isinstance(entry, type) and issubclass(entry, nn.Module)):
+        raise TypeError("'Network' is not a flax.linen.Module subclass")
+    return entry
+
+
+def set_limits(cpu_time_s: int, memory_bytes: int) -> None:
+    """Resource limits of this process, set first thing (before JAX is imported).
+
+    ``RLIMIT_CPU`` (soft; hard one second later), ``RLIMIT_AS``, ``RLIMIT_FSIZE = 0`` (no
+    regular file can grow) and ``RLIMIT_CORE = 0``. Limits can only be lowered afterwards
+    (the candidate cannot reach ``resource`` anyway: the audit hook refuses it).
+    """
+    import resource
+
+    cpu = max(1, int(cpu_time_s))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (int(memory_bytes), int(memory_bytes)))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def main(cpu_time_s: int, memory_bytes: int) -> None:
+    """Entry point of the child: request on stdin, result line on stdout."""
+    set_limits(cpu_time_s, memory_bytes)
+    request = json.loads(sys.stdin.read())
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing but the result line goes to the real stdout
+    result = run(request)
+    out.write(f"{RESULT_MARKER} {json.dumps(result)}\n")
+    out.flush()
+    os._exit(0)  # skip interpreter teardown (candidate objects, XLA threads)

@@ -1,0 +1,250 @@
+"""Two-stage validation of generated code (llm/validate) against a corpus of programs.
+
+``tests/llm/programs/*.txt`` (Python sources; ``.txt`` keeps the deliberately bad code out of
+ruff) carry a header: ``# kind: reward|network``, ``# expect: static|runtime|ok`` and
+optionally ``# reason: <substring of the reason>``.
+``tests/llm/programs/canary/*.txt`` are hostile programs that try to create the file
+``CANARY`` (replaced by a tmp path): they must be rejected, by stage 1 and also by the
+sandbox alone (stage 2 with stage 1 skipped), and the file must never appear.
+
+Runtime validations each start a child process (JAX import + trace, ~3-5 s); they run
+once per session, two at a time, in :func:`runtime_results`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from llm.validate import Limits, StaticError, ValidationResult, load_validated, validate
+from llm.validate.restricted import module_view
+from llm.validate.sandbox import run_runtime_stage
+from serl_jax.envs import EnvParams, ExecutionEnv, default_reward
+
+PROGRAMS = Path(__file__).parent / "programs"
+CANARIES = sorted((PROGRAMS / "canary").glob("*.txt"))
+# Short limits: the child needs ~3 s of CPU for JAX itself.
+TEST_LIMITS = Limits(wall_time_s=40.0, cpu_time_s=10)
+
+
+def _header(path: Path) -> dict[str, str]:
+    text = path.read_text()
+    fields = dict(re.findall(r"^# (kind|expect|reason): (.*)$", text, flags=re.M))
+    return {"code": text, "name": path.stem, **fields}
+
+
+ALL = [_header(p) for p in sorted(PROGRAMS.glob("*.txt"))]
+STATIC = [p for p in ALL if p["expect"] == "static"]
+RUNTIME = [p for p in ALL if p["expect"] in ("runtime", "ok")]
+
+
+def _canary_code(path: Path, canary: Path) -> str:
+    return path.read_text().replace("CANARY", str(canary))
+
+
+@pytest.fixture(scope="session")
+def canary_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("canary")
+
+
+@pytest.fixture(scope="session")
+def runtime_results(canary_dir):
+    """Every child-process validation of the suite, run two at a time."""
+    jobs = {}
+    for program in RUNTIME:
+        jobs[program["name"]] = lambda p=program: validate(p["code"], p["kind"], limits=TEST_LIMITS)
+    for path in CANARIES:
+        code = _canary_code(path, canary_dir / f"{path.stem}.sandbox")
+        jobs[f"canary/{path.stem}"] = lambda c=code: run_runtime_stage(
+            c, "reward", TEST_LIMITS, skip_static=True
+        )
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def test_corpus_is_large_enough():
+    hostile_or_broken = [p for p in ALL if p["expect"] != "ok"] + CANARIES
+    assert len(hostile_or_broken) >= 30
+    assert sum(p["expect"] == "ok" for p in ALL) >= 4
+    assert {p["kind"] for p in ALL} == {"reward", "network"}
+
+
+@pytest.mark.parametrize("program", STATIC, ids=[p["name"] for p in STATIC])
+def test_static_rejections(program):
+    result = validate(program["code"], program["kind"], limits=TEST_LIMITS)
+    assert not result.ok
+    assert result.stage == "static", result.reason
+    assert program.get("reason", "") in result.reason
+
+
+@pytest.mark.parametrize("program", RUNTIME, ids=[p["name"] for p in RUNTIME])
+def test_runtime_and_valid_programs(program, runtime_results):
+    result = runtime_results[program["name"]]
+    if program["expect"] == "ok":
+        assert result.ok, result.reason
+        assert result.stage is None
+    else:
+        assert not result.ok
+        assert result.stage == "runtime", result.reason
+        assert program.get("reason", "") in result.reason
+
+
+@pytest.mark.parametrize("path", CANARIES, ids=[p.stem for p in CANARIES])
+def test_canary_never_created(path, canary_dir, runtime_results):
+    # Through the public API: stage 1 rejects it.
+    canary = canary_dir / f"{path.stem}.static"
+    result = validate(_canary_code(path, canary), "reward", limits=TEST_LIMITS)
+    assert (result.ok, result.stage) == (False, "static")
+    with pytest.raises(StaticError):
+        load_validated(_canary_code(path, canary), "reward")
+    assert not canary.exists()
+    # The sandbox alone (stage 1 skipped in the child) still stops it.
+    ok, reason = runtime_results[f"canary/{path.stem}"]
+    assert not ok, reason
+    assert not (canary_dir / f"{path.stem}.sandbox").exists()
+
+
+def test_sandbox_reports_violations_even_when_caught(runtime_results):
+    ok, reason = runtime_results["canary/catch_and_continue"]
+    assert not ok
+    assert reason.startswith("sandbox violation: open(")
+
+
+def test_wall_time_limit():
+    code = (PROGRAMS / "ok_default_reward.txt").read_text()
+    ok, reason = run_runtime_stage(code, "reward", Limits(wall_time_s=1.0))
+    assert not ok
+    assert "wall-time limit of 1 s exceeded" in reason
+
+
+def test_size_limits():
+    code = (PROGRAMS / "ok_default_reward.txt").read_text()
+    for limits, needle in [
+        (Limits(max_chars=100), "characters"),
+        (Limits(max_lines=5), "lines"),
+        (Limits(max_ast_nodes=20), "AST nodes"),
+    ]:
+        result = validate(code, "reward", limits=limits)
+        assert (result.ok, result.stage) == (False, "static")
+        assert needle in result.reason
+    deep = "def reward(prev_state, action, next_state, params):\n    return " + "(" * 5000
+    assert validate(deep + ")" * 5000, "reward").stage == "static"
+
+
+def test_result_is_json_serializable():
+    result = validate("def reward(:", "reward")
+    assert isinstance(result, ValidationResult)
+    assert json.loads(json.dumps(result.to_dict())) == {
+        "ok": False,
+        "stage": "static",
+        "reason": result.reason,
+    }
+    assert validate("x = 1", "policy").reason.startswith("unknown kind")
+
+
+def test_valid_programs_pass_static_only():
+    for program in (p for p in ALL if p["expect"] == "ok"):
+        result = validate(program["code"], program["kind"], runtime=False)
+        assert result.ok, (program["name"], result.reason)
+
+
+def test_load_validated_reward_matches_default(make_trend_market):
+    reward_fn = load_validated((PROGRAMS / "ok_default_reward.txt").read_text(), "reward")
+    params = EnvParams(data=make_trend_market(n_episodes=4, n_slots=10))
+
+    def rollout(env):
+        keys = jax.random.split(jax.random.PRNGKey(0), 4)
+        _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+        step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+        rewards = []
+        for t in range(10):
+            _, state, r, _, _, _ = step(keys, state, jnp.full(4, 0.1 * (t + 1)), params)
+            rewards.append(r)
+        return jnp.stack(rewards)
+
+    expected = rollout(ExecutionEnv(reward_fn=default_reward))
+    got = rollout(ExecutionEnv(reward_fn=reward_fn))
+    assert jnp.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_load_validated_network():
+    module = load_validated((PROGRAMS / "ok_small_mlp_network.txt").read_text(), "network")
+    obs = jnp.ones((3, 7))
+    variables = module.init(jax.random.PRNGKey(0), obs)
+    policy, value = module.apply(variables, obs)
+    assert policy.shape == (3, 2) and value.shape == (3,)
+
+
+def test_load_validated_refuses_static_failures():
+    with pytest.raises(StaticError, match="import of 'os'"):
+        load_validated((PROGRAMS / "static_import_os.txt").read_text(), "reward")
+
+
+def test_module_views_are_read_only():
+    view = module_view("jax.numpy")
+    assert view.sum is jnp.sum
+    with pytest.raises(AttributeError):
+        view.sum = None
+    with pytest.raises(AttributeError):
+        del view.where
+    for name in ("save", "load", "_src"):
+        with pytest.raises(AttributeError):
+            getattr(view, name)
+    with pytest.raises(AttributeError):
+        module_view("jax").debug  # noqa: B018
+    assert jnp.sum is not None and callable(jnp.where)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llm.validate", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+        env={**os.environ},
+    )
+
+
+def test_cli_rejects_with_stage_and_json():
+    done = _cli("--kind", "reward", str(PROGRAMS / "static_import_os.txt"))
+    assert done.returncode == 1
+    assert "static" in done.stdout and "import of 'os'" in done.stdout
+    done = _cli("--kind", "reward", str(PROGRAMS / "static_exec.txt"), "--json")
+    assert done.returncode == 1
+    payload = json.loads(done.stdout)
+    assert set(payload) == {"ok", "stage", "reason"}
+    assert payload["ok"] is False and payload["stage"] == "static"
+
+
+def test_cli_accepts_valid_program():
+    done = _cli("--kind", "network", str(PROGRAMS / "ok_default_network.txt"), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == {
+        "ok": True,
+        "stage": None,
+        "reason": json.loads(done.stdout)["reason"],
+    }
+
+
+def test_cli_usage_errors():
+    assert _cli("--kind", "reward", "/nonexistent/candidate.py").returncode == 2
+    assert _cli("--kind", "policy", str(PROGRAMS / "ok_default_reward.txt")).returncode == 2
+    assert _cli(str(PROGRAMS / "ok_default_reward.txt")).returncode == 2
+
+
+def test_network_isolation_probe():
+    from llm.validate.sandbox import network_isolation
+
+    prefix = network_isolation()
+    assert prefix == () or "--net" in prefix
