@@ -1,0 +1,12 @@
+"""LLM backends behind one interface: ``generate(prompts, n, temperature, max_new_tokens)``.
+
+Build one from a spec with :func:`make_backend` (``scripted:<file.json>``,
+``openai:<base_url>``; ``offline`` and ``hf:<path>`` are reserved for later versions).
+Importing this package imports neither ``openai`` nor torch; each backend module imports
+its own client when it is used.
+"""
+
+from llm.backends.base import Backend, BackendError, make_backend
+from llm.backends.scripted import ScriptedBackend
+
+__all__ = ["Backend", "BackendError", "ScriptedBackend", "make_backend"]
