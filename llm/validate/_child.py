@@ -290,7 +290,7 @@ def run(request: dict) -> dict:
     try:
         if not request.get("skip_static"):
             check_static(code, kind)
-        entry = _define(restricted, code, kind)
+        entry = restricted.exec_entry_point(code, kind)
         max_bytes = int(limits.get("max_program_bytes", 2**30))
         if kind == "reward":
             _check_reward(entry, env, params, prev, action, nxt, max_bytes)
@@ -311,23 +311,6 @@ def run(request: dict) -> dict:
     if guard.violations:
         return {"ok": False, "reason": f"sandbox violation: {guard.violations[0]}"}
     return {"ok": True, "reason": detail}
-
-
-def _define(restricted, code: str, kind: str):
-    """Defines the candidate without re-running stage 1 when the caller asked to skip it."""
-    namespace = restricted.restricted_globals()
-    exec(compile(code, restricted.CANDIDATE_FILENAME, "exec"), namespace)  # noqa: S102
-    if kind == "reward":
-        entry = namespace.get("reward")
-        if not callable(entry):
-            raise TypeError("'reward' is not a function")
-        return entry
-    import flax.linen as nn
-
-    entry = namespace.get("Network")
-    if not (isinstance(entry, type) and issubclass(entry, nn.Module)):
-        raise TypeError("'Network' is not a flax.linen.Module subclass")
-    return entry
 
 
 def set_limits(cpu_time_s: int, memory_bytes: int) -> None:

@@ -20,6 +20,7 @@ stage-2 child process; code is loaded into the main process only after both stag
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
 import itertools
@@ -156,9 +157,21 @@ def define(code: str, kind: str) -> Any:
         TypeError: the entry point is not a function / not a ``flax.linen.Module`` class.
         Exception: whatever the module body raises.
     """
-    tree = check_static(code, kind)
+    return exec_entry_point(check_static(code, kind), kind)
+
+
+def exec_entry_point(source: str | ast.Module, kind: str) -> Any:
+    """Executes already-checked code in :func:`restricted_globals`; returns its entry point.
+
+    The shared second half of :func:`define` (stage 1 is the caller's business: the stage-2
+    child can be told to skip it, to test the sandbox on its own).
+
+    Raises:
+        TypeError: the entry point is not a function / not a ``flax.linen.Module`` class.
+        Exception: whatever the module body raises.
+    """
     namespace = restricted_globals()
-    exec(compile(tree, CANDIDATE_FILENAME, "exec"), namespace)  # noqa: S102
+    exec(compile(source, CANDIDATE_FILENAME, "exec"), namespace)  # noqa: S102
     if kind == "reward":
         entry = namespace.get("reward")
         if not isinstance(entry, types.FunctionType):
