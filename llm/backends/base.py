@@ -11,7 +11,10 @@ Spec grammar (:func:`make_backend`):
 
 - ``scripted:<file.json>``: canned completions for tests (:class:`ScriptedBackend`).
 - ``openai:<base_url>``: any OpenAI-compatible server (:class:`OpenAIBackend`).
-- ``offline`` and ``hf:<path or name>``: reserved; not available yet in this version.
+- ``offline``: the offline designer, a program-library sampler and mutator, not a language
+  model (:class:`llm.backends.offline.OfflineDesigner`); the default when no model is given.
+- ``hf:<path or name>``: a local transformers causal LM (:class:`llm.backends.hf.HFBackend`;
+  needs the ``llm`` extra: torch, transformers).
 """
 
 from __future__ import annotations
@@ -104,12 +107,14 @@ class Backend(ABC):
 
 
 def _construct(name: str, factory: Any, arg: Any, options: dict[str, Any]) -> Backend:
-    """Calls ``factory(arg, **options)``, turning unknown options into a BackendError."""
+    """Calls ``factory(arg, **options)`` (``factory(**options)`` when ``arg`` is None),
+    turning unknown options into a BackendError."""
+    args = () if arg is None else (arg,)
     try:
-        inspect.signature(factory).bind(arg, **options)
+        inspect.signature(factory).bind(*args, **options)
     except TypeError as e:
         raise BackendError(f"bad options for the {name} backend: {e}") from None
-    return factory(arg, **options)
+    return factory(*args, **options)
 
 
 def make_backend(spec: str, **options: Any) -> Backend:
@@ -120,31 +125,28 @@ def make_backend(spec: str, **options: Any) -> Backend:
             ``hf:<path or name>``.
         **options: keyword arguments for the backend's constructor (e.g. ``model``,
             ``api_key``, ``timeout``, ``max_retries``, ``backoff`` for ``openai``;
-            ``cycle`` for ``scripted``).
+            ``cycle`` for ``scripted``; ``seed`` for ``offline``; ``device``, ``dtype``
+            for ``hf``).
 
     Returns:
         The backend.
 
     Raises:
         BackendError: unknown or malformed spec, an option the backend does not take, a
-            backend not available in this version, or a missing dependency.
+            or a missing dependency.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise BackendError(f"empty LLM backend spec; expected {SPEC_HELP}")
     spec = spec.strip()
     kind, sep, arg = spec.partition(":")
     kind = kind.lower()
-    if kind == "offline" and not arg:
-        raise BackendError(
-            "the 'offline' designer backend is not available yet in this version; "
-            "use openai:<base_url> or scripted:<file.json>"
-        )
-    if kind == "hf":
-        raise BackendError(
-            "the 'hf:<path>' local transformers backend is not available yet in this version; "
-            "use openai:<base_url> (e.g. a vLLM or Ollama server)"
-        )
-    if kind in ("scripted", "openai") and not (sep and arg.strip()):
+    if kind == "offline":
+        if arg:
+            raise BackendError(f"LLM backend spec {spec!r}: 'offline' takes no value")
+        from llm.backends.offline import OfflineDesigner
+
+        return _construct("offline", OfflineDesigner, None, options)
+    if kind in ("scripted", "openai", "hf") and not (sep and arg.strip()):
         raise BackendError(f"LLM backend spec {spec!r} needs a value after '{kind}:'")
     if kind == "scripted":
         from llm.backends.scripted import ScriptedBackend
@@ -159,4 +161,13 @@ def make_backend(spec: str, **options: Any) -> Backend:
                 "install it with pip install -e '.[llm]'"
             ) from None
         return _construct("openai", OpenAIBackend, arg.strip(), options)
+    if kind == "hf":
+        try:
+            from llm.backends.hf import HFBackend
+        except ImportError as e:
+            raise BackendError(
+                f"the hf backend needs torch and transformers ({e}); "
+                "install them with pip install -e '.[llm]'"
+            ) from None
+        return _construct("hf", HFBackend, arg.strip(), options)
     raise BackendError(f"unknown LLM backend spec {spec!r}; expected {SPEC_HELP}")
