@@ -206,18 +206,14 @@ def _compile(fn, max_bytes: int, *args):
     return compiled
 
 
-def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int) -> None:
+def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int) -> str:
     import jax
     import jax.numpy as jnp
 
+    from serl_jax.components.reward import check_reward_output, total_reward
+
     one = jax.tree.map(lambda x: x[0], (prev, action, nxt))
-    out = jax.eval_shape(entry, one[0], one[1], one[2], params)
-    if not hasattr(out, "shape") or not hasattr(out, "dtype"):
-        raise ValueError(f"reward must return an array scalar, got {type(out).__name__}")
-    if tuple(out.shape) != ():
-        raise ValueError(f"reward must return a scalar, got shape {tuple(out.shape)}")
-    if out.dtype != jnp.float32:
-        raise ValueError(f"reward must return float32, got {out.dtype}")
+    form = check_reward_output(jax.eval_shape(entry, one[0], one[1], one[2], params))
     # The reward alone, vmapped, and the slot as the env uses it (a vmapped step_env with
     # this reward), compiled together as one program.
     slot_env = type(env)(reward_fn=entry)
@@ -225,7 +221,7 @@ def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int) -> None
 
     def trial(key, prev, action, nxt, params):
         alone = jax.vmap(entry, in_axes=(0, 0, 0, None))(prev, action, nxt, params)
-        return alone, step(key, prev, action, params)[2]
+        return total_reward(alone), step(key, prev, action, params)[2]
 
     args = (jax.random.PRNGKey(1), prev, action, nxt, params)
     values, in_env = _compile(trial, max_bytes, *args)(*args)
@@ -237,6 +233,7 @@ def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int) -> None
         raise ValueError(f"reward is not finite (NaN/inf) on {bad} of {values.size} states")
     if not bool(jnp.isfinite(in_env).all()):
         raise ValueError("reward is not finite (NaN/inf) inside ExecutionEnv.step")
+    return form
 
 
 def _check_network(entry, obs, max_params: int, max_bytes: int) -> str:
@@ -293,8 +290,8 @@ def run(request: dict) -> dict:
         entry = restricted.exec_entry_point(code, kind)
         max_bytes = int(limits.get("max_program_bytes", 2**30))
         if kind == "reward":
-            _check_reward(entry, env, params, prev, action, nxt, max_bytes)
-            detail = f"float32 scalar, jit+vmap, finite on {action.shape[0]} real transitions"
+            form = _check_reward(entry, env, params, prev, action, nxt, max_bytes)
+            detail = f"{form}, jit+vmap, finite on {action.shape[0]} real transitions"
         else:
             max_params = int(limits.get("max_params", 1_000_000))
             detail = _check_network(entry, obs, max_params, max_bytes)

@@ -79,6 +79,9 @@ DENIED_JAX: frozenset[str] = frozenset(
         "override_named_call", "set_logical_axis_rules", "set_mesh", "enable_x64",
         "enable_checks", "disable_jit", "default_device", "default_prng_impl",
         "enable_custom_prng", "default_matmul_precision", "update_wrapper", "wraps",
+        # LAPACK-backed ops: on CPU, jaxlib's LAPACK is scipy's OpenBLAS, whose thread server
+        # deadlocked when training vmapped them over seeds (see serl_jax/rl/networks.py)
+        "orthogonal", "delta_orthogonal", "linalg",
         # flax.linen internals
         "module", "summary", "kw_only_dataclasses", "meta", "spmd", "tabulate", "linen_module",
         # process / OS modules by name

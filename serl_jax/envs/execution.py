@@ -43,6 +43,7 @@ import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from serl_jax.components.reward import total_reward
 from serl_jax.envs.market_data import MarketData
 
 # (T - t)/T, log(T - t), I_t/Q, price move since arrival (percent)
@@ -233,8 +234,10 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
 
     Args:
         reward_fn: the reward slot, a pure function
-            ``reward(prev_state, action, next_state, params) -> float32 scalar``;
-            :func:`default_reward` unless replaced (e.g. by validated LLM code).
+            ``reward(prev_state, action, next_state, params) -> float32 scalar`` or a dict
+            of named float32 scalar terms whose sum is the reward
+            (:mod:`serl_jax.components.reward`); :func:`default_reward` unless replaced
+            (e.g. by validated LLM code).
 
     Observation: float32 ``[4 + lookback * F]``: ``(T - t)/T``, ``log(T - t)`` (so the
     TWAP pace ``1/(T - t)`` is a linear function of the input), ``I_t/Q``, the move of the
@@ -405,7 +408,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             last_price=jnp.where(qty > 0, exec_price, price),
             last_market_price=price,
         )
-        reward = self.reward_fn(state, fraction, next_state, params)
+        reward = total_reward(self.reward_fn(state, fraction, next_state, params))
         terminated = self.is_terminated(next_state, params)
         info = {
             "exec_qty": qty,

@@ -93,6 +93,7 @@ def test_runtime_and_valid_programs(program, runtime_results):
     if program["expect"] == "ok":
         assert result.ok, result.reason
         assert result.stage is None
+        assert program.get("reason", "") in result.reason
     else:
         assert not result.ok
         assert result.stage == "runtime", result.reason
