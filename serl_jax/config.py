@@ -1,6 +1,6 @@
 """Run configuration: YAML presets plus dotted command-line overrides.
 
-A config has six sections. ``env`` takes exactly the fields of
+A config has seven sections. ``env`` takes exactly the fields of
 :class:`serl_jax.envs.execution.EnvParams` (but ``data``) and ``ppo`` those of
 :class:`serl_jax.rl.ppo.PPOConfig`, so there is one place where each knob is defined and
 documented. Unknown keys and values of the wrong type are rejected with a one-line
@@ -98,6 +98,66 @@ class EvalConfig:
     plot_days: int = 4
 
 
+LOOP_MODULES = ("reward", "network")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """The SE-RL outer loop (seeds' Algorithm 1; :mod:`serl_jax.loop`).
+
+    Attributes:
+        llm: the designer backend spec (``offline``, ``openai:<base_url>``,
+            ``hf:<path>``, ``scripted:<file.json>``; see :func:`llm.backends.make_backend`),
+            or ``none`` for plain PPO training without the loop.
+        model: model name for the ``openai`` backend (empty: the server's default or
+            ``$SERL_LLM_MODEL``).
+        market: the dataset the loop designs for (``sample:<name>`` or a path).
+        iterations: J_max, the most outer iterations (seeds: 50).
+        min_iterations: outer iterations before the convergence test may stop the loop.
+        candidates: K, candidates proposed per iteration, split round-robin over ``modules``.
+        modules: the slots the designer writes (``reward``, ``network``).
+        ema_decay: decay of the PA moving average (seeds: 0.9).
+        epsilon_bps: stop when the PA moving average moves less than this (seeds: 0.1 bps).
+        failure_pa: score, bps, given to a rejected or crashed candidate.
+        temperature: sampling temperature of the designer.
+        max_new_tokens: the most tokens per completion.
+        buffer_size: entries kept in the instruction buffer (best by PA).
+        num_examples: best past candidates shown in each prompt (in-context pairs).
+        refine_every: macro-micro refinement of the instructions every this many
+            iterations (0: never).
+        workers: candidates trained at once in separate processes (1: in this process).
+        validation_workers: stage-2 sandbox validations run at once.
+    """
+
+    def __post_init__(self):
+        bad = [m for m in self.modules if m not in LOOP_MODULES]
+        if bad or not self.modules:
+            raise ValueError(f"loop.modules: expected some of {list(LOOP_MODULES)}, got {bad}")
+        for key in ("iterations", "candidates", "workers", "validation_workers"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"loop.{key}: must be >= 1, got {getattr(self, key)}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"loop.ema_decay: must be in [0, 1), got {self.ema_decay}")
+
+    llm: str = "offline"
+    model: str = ""
+    market: str = "sample:cn_1min"
+    iterations: int = 50
+    min_iterations: int = 2
+    candidates: int = 4
+    modules: tuple[str, ...] = LOOP_MODULES
+    ema_decay: float = 0.9
+    epsilon_bps: float = 0.1
+    failure_pa: float = -100.0
+    temperature: float = 0.8
+    max_new_tokens: int = 1024
+    buffer_size: int = 32
+    num_examples: int = 4
+    refine_every: int = 2
+    workers: int = 1
+    validation_workers: int = 2
+
+
 ENV_FIELDS = {f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"}
 
 
@@ -111,6 +171,7 @@ class Config:
     ppo: PPOConfig = PPOConfig()
     network: NetworkConfig = NetworkConfig()
     eval: EvalConfig = EvalConfig()
+    loop: LoopConfig = LoopConfig()
 
     def env_params(self, data) -> EnvParams:
         """``EnvParams`` for the given ``MarketData`` with this config's env section."""
@@ -133,6 +194,7 @@ class Config:
             "ppo": plain(dataclasses.asdict(self.ppo)),
             "network": plain(dataclasses.asdict(self.network)),
             "eval": plain(dataclasses.asdict(self.eval)),
+            "loop": plain(dataclasses.asdict(self.loop)),
         }
 
 
@@ -210,6 +272,7 @@ _SECTIONS = {
     "ppo": PPOConfig,
     "network": NetworkConfig,
     "eval": EvalConfig,
+    "loop": LoopConfig,
 }
 
 

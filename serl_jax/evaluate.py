@@ -33,11 +33,10 @@ from serl_jax.config import (
 from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars, split_days
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
-from serl_jax.experiment import baseline_policies, evaluate_policies
+from serl_jax.experiment import baseline_policies, evaluate_policies, resolve_market_path
 from serl_jax.metrics import format_table
 from serl_jax.rl.checkpoint import CheckpointError, load_policy
 from serl_jax.rl.policy import make_ppo_policy
-from serl_jax.train import resolve_market_path
 
 BASELINES = {"twap": "TWAP", "vwap": "VWAP", "ac": "AC"}
 

@@ -32,6 +32,8 @@ class Rollout(NamedTuple):
         remaining: ``[N, T + 1]`` inventory as a fraction of Q before each step and at the end.
         exec_qty: ``[N, T]`` shares executed per step.
         reward: ``[N, T]`` reward per step (scaled units).
+        recorded: what the rollout's ``record`` function returned at each step, stacked
+            with leading ``[N, T]`` axes (``None`` without one).
     """
 
     quantity: jnp.ndarray
@@ -41,6 +43,7 @@ class Rollout(NamedTuple):
     remaining: jnp.ndarray
     exec_qty: jnp.ndarray
     reward: jnp.ndarray
+    recorded: Any = None
 
     def outcomes(self, side: float) -> OrderOutcomes:
         """The per-order arrays the metrics need (float64 numpy)."""
@@ -54,9 +57,14 @@ class Rollout(NamedTuple):
         )
 
 
-@partial(jax.jit, static_argnames=("env", "policy"))
+@partial(jax.jit, static_argnames=("env", "policy", "record"))
 def rollout(
-    env: ExecutionEnv, policy: Policy, policy_params: Any, env_params: EnvParams, key: jax.Array
+    env: ExecutionEnv,
+    policy: Policy,
+    policy_params: Any,
+    env_params: EnvParams,
+    key: jax.Array,
+    record: Callable[..., Any] | None = None,
 ) -> Rollout:
     """Executes one whole-day parent order on every episode of ``env_params.data``.
 
@@ -68,6 +76,9 @@ def rollout(
         env_params: parameters holding N episodes of T slots; windows are whole days and Q
             is ``order_fraction`` times the expected day volume (no randomization).
         key: PRNG key (used only by stochastic policies).
+        record: optional ``record(prev_state, action, next_state, env_params) -> pytree``
+            evaluated at every step (static argument; ``action`` is the clipped action the
+            reward slot sees), e.g. the reward's named terms.
 
     Returns:
         A :class:`Rollout` with N orders.
@@ -83,9 +94,13 @@ def rollout(
             action = policy(policy_params, key_act, obs, state, env_params)
             _, next_state, reward, _, info = env.step_env(key_env, state, action, env_params)
             remaining = state.inventory / jnp.maximum(state.quantity, 1e-12)
-            return next_state, (remaining, info["exec_qty"], reward)
+            extra = None
+            if record is not None:
+                clipped = jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)
+                extra = record(state, clipped, next_state, env_params)
+            return next_state, (remaining, info["exec_qty"], reward, extra)
 
-        final, (remaining, exec_qty, reward) = jax.lax.scan(
+        final, (remaining, exec_qty, reward, recorded) = jax.lax.scan(
             body, state, jax.random.split(key, n_slots)
         )
         end = final.inventory / jnp.maximum(final.quantity, 1e-12)
@@ -97,6 +112,7 @@ def rollout(
             remaining=jnp.concatenate([remaining, end[None]]),
             exec_qty=exec_qty,
             reward=reward,
+            recorded=recorded,
         )
 
     keys = jax.random.split(key, n_episodes)

@@ -9,7 +9,9 @@ the same vectorized rollout and scores them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -19,12 +21,35 @@ from tqdm.auto import tqdm
 
 from serl_jax.baselines import almgren_chriss_policy, twap_policy, vwap_policy
 from serl_jax.config import ACTION_PRIORS, Config
+from serl_jax.data import MarketSplits, load_market, sample_path
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.evaluation import Rollout, rollout
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import make_trainer
+
+SAMPLE_PREFIX = "sample:"
+
+
+def resolve_market_path(spec: str) -> Path:
+    """``sample:<name>`` to the shipped sample's folder; anything else is a path."""
+    if spec.startswith(SAMPLE_PREFIX):
+        return sample_path(spec[len(SAMPLE_PREFIX) :])
+    return Path(spec)
+
+
+def load_splits(cfg: Config, spec: str) -> MarketSplits:
+    """Loads one market with the config's data settings (raises ``DataError``)."""
+    d = cfg.data
+    return load_market(
+        resolve_market_path(spec),
+        train=d.train,
+        val=d.val,
+        min_bars_per_day=d.min_bars_per_day,
+        short_days=d.short_days,
+        vol_window=d.vol_window,
+    )
 
 
 @dataclass
@@ -58,8 +83,10 @@ def train_policy(
     train_params: EnvParams,
     val_params: EnvParams,
     *,
+    network: Any = None,
     progress: bool = True,
     description: str = "PPO",
+    on_chunk: Callable[[int, PPOPolicyParams], None] | None = None,
 ) -> TrainedPolicy:
     """Trains ``cfg.run.num_seeds`` policies on training days and selects on validation.
 
@@ -69,13 +96,19 @@ def train_policy(
         train_params: env parameters over the training episodes (random windows and
             quantities as configured).
         val_params: env parameters over the validation episodes.
+        network: the network slot (a flax module, e.g. validated LLM code); default
+            :func:`serl_jax.rl.networks.make_network` from ``cfg.network``.
         progress: show a tqdm progress bar over updates.
         description: label of the progress bar.
+        on_chunk: called after every jitted chunk of updates with the number of updates
+            done and the current parameters of all seeds (leading ``[num_seeds]`` axis),
+            e.g. to record statistics over training.
 
     Returns:
         A :class:`TrainedPolicy`.
     """
-    network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+    if network is None:
+        network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
     action_prior = ACTION_PRIORS[cfg.network.action_prior]
     trainer = make_trainer(cfg.ppo, env, train_params, network, action_prior)
     n_updates = cfg.ppo.num_updates
@@ -111,6 +144,8 @@ def train_policy(
             history.append(metrics)
             done += length
             bar.update(length)
+            if on_chunk is not None:
+                on_chunk(done, _policy_params(runner))
             last_pa = metrics["order_pa"][:, -1]
             if np.isfinite(last_pa).any():  # NaN when no episode finished in the rollout
                 bar.set_postfix(order_pa=f"{np.nanmean(last_pa):.2f}bps")
@@ -118,7 +153,7 @@ def train_policy(
     train_seconds = time.perf_counter() - t0
     curves = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
 
-    all_params = PPOPolicyParams(params=runner.train_state.params, obs_stats=runner.obs_stats)
+    all_params = _policy_params(runner)
     policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=action_prior)
     seed_rollouts = jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
         all_params
@@ -140,6 +175,10 @@ def train_policy(
         train_seconds=train_seconds,
         env_steps=n_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * cfg.run.num_seeds,
     )
+
+
+def _policy_params(runner) -> PPOPolicyParams:
+    return PPOPolicyParams(params=runner.train_state.params, obs_stats=runner.obs_stats)
 
 
 def _seed_rollout(batched: Rollout, seed: int) -> Rollout:

@@ -82,3 +82,26 @@ def plot_pa_distribution(pa: Mapping[str, np.ndarray], path: Path) -> Path:
     ax.grid(alpha=0.3, axis="y")
     fig.savefig(path, dpi=110)
     return path
+
+
+def plot_loop_progress(
+    iterations: Sequence[int], pa: Sequence[float], ema: Sequence[float], path: Path
+) -> Path:
+    """PA_j (best validation PA of each outer iteration, bps) and its moving average.
+
+    Args:
+        iterations: outer iterations j (0 = the default program).
+        pa: PA_j per iteration, bps.
+        ema: PA_ema_j per iteration, bps.
+        path: output PNG.
+    """
+    fig = Figure(figsize=(6, 3.5), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(iterations, pa, "o-", label="PA_j (best of iteration)")
+    ax.plot(iterations, ema, "s--", label="PA_ema")
+    ax.set_xlabel("outer iteration j")
+    ax.set_ylabel("validation PA (bps)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return path

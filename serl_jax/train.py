@@ -1,23 +1,36 @@
-"""``python -m serl_jax.train``: train PPO execution agents on real minute bars.
+"""``python -m serl_jax.train``: the SE-RL loop, or plain PPO training, on real minute bars.
 
-For each market of the config (by default the shipped A-share and US samples): load and
-validate the data, split each symbol's days chronologically, train ``run.num_seeds`` PPO
-policies in parallel on the training days, keep the best on validation days, and compare
-it with TWAP, VWAP and Almgren–Chriss on the test days. Prints the results table and
-writes a run folder::
+By default it runs the SE-RL outer loop (:mod:`serl_jax.loop`) with the ``offline``
+designer on the config's ``loop.market``: the designer proposes reward and network code,
+each candidate is validated in the sandbox, trained and scored on validation days, and
+the scores feed the next prompts until the PA moving average converges. The run folder
+is written as it happens and can be resumed after a crash or kill::
+
+    runs/<time>-serl/
+        run.sqlite  config.yaml            every prompt, completion, validation, metric
+        candidates/<id>/                   checkpoint (policy + code), curves.npz
+        report.md  report.json  results.txt  loop_progress.png   (at the end)
+
+With ``--llm none`` it trains plain PPO on each market of ``data.markets`` (the default
+reward and network) and compares it with TWAP, VWAP and Almgren–Chriss on test days::
 
     runs/<time>-<preset>/
         config.yaml  metrics.json  results.txt
         <market>/checkpoint/{policy.msgpack, policy.json}
         <market>/{training_curve, trajectories, pa_distribution}.png
 
-The folder is assembled under ``runs/.<name>.incomplete`` and renamed when complete, so
-a run folder without that prefix is always whole.
+That folder is assembled under ``runs/.<name>.incomplete`` and renamed when complete.
 
 Usage::
 
-    python -m serl_jax.train [--config configs/default.yaml] [--data PATH] [--out DIR]
-                             [--seed N] [--quiet] [section.key=value ...]
+    python -m serl_jax.train [--config FILE] [--llm offline|hf:<model>|openai:<base_url>|none]
+                             [--model NAME] [--iterations J] [--candidates K]
+                             [--workers N] [--data PATH] [--out DIR] [--seed N] [--quiet]
+                             [section.key=value ...]
+    python -m serl_jax.train --resume RUN_DIR [--quiet]
+
+Exit codes: 0 done; 2 bad input (config, data, backend spec, run folder); 3 the designer
+failed mid-run (the run folder is resumable).
 """
 
 from __future__ import annotations
@@ -32,37 +45,18 @@ from typing import Any
 import numpy as np
 import yaml
 
-from serl_jax.config import ACTION_PRIORS, Config, ConfigError, load_config
-from serl_jax.data import DataError, MarketSplits, load_market, sample_path
+from llm.backends import BackendError, make_backend
+from serl_jax.config import ACTION_PRIORS, Config, ConfigError, config_from_dict, load_config
+from serl_jax.data import DataError, MarketSplits
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
-from serl_jax.experiment import baseline_policies, evaluate_policies, train_policy
+from serl_jax.experiment import baseline_policies, evaluate_policies, load_splits, train_policy
+from serl_jax.loop import RunStore, SERLLoop, StoreError
+from serl_jax.loop.report import write_report
 from serl_jax.metrics import ExecutionMetrics, format_table, price_advantage
 from serl_jax.plots import plot_pa_distribution, plot_training_curve, plot_trajectories
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.policy import make_ppo_policy
-
-SAMPLE_PREFIX = "sample:"
-
-
-def resolve_market_path(spec: str) -> Path:
-    """``sample:<name>`` to the shipped sample's folder; anything else is a path."""
-    if spec.startswith(SAMPLE_PREFIX):
-        return sample_path(spec[len(SAMPLE_PREFIX) :])
-    return Path(spec)
-
-
-def load_splits(cfg: Config, spec: str) -> MarketSplits:
-    """Loads one market with the config's data settings (raises ``DataError``)."""
-    d = cfg.data
-    return load_market(
-        resolve_market_path(spec),
-        train=d.train,
-        val=d.val,
-        min_bars_per_day=d.min_bars_per_day,
-        short_days=d.short_days,
-        vol_window=d.vol_window,
-    )
 
 
 def run_market(
@@ -147,35 +141,14 @@ def run_market(
     }, {name: m for name, (m, _) in results.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the process exit code (0 ok, 2 bad input)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m serl_jax.train", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--config", help="YAML preset (default: built-in defaults)")
-    parser.add_argument("--data", help="one dataset (folder or file) instead of the samples")
-    parser.add_argument("--out", help="parent folder of run folders (default: run.out)")
-    parser.add_argument("--seed", type=int, help="master seed (default: run.seed)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = parser.parse_args(argv)
-
-    overrides = list(args.overrides)
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    if args.out is not None:
-        overrides.append(f"run.out={json.dumps(args.out)}")
-    if args.data is not None:
-        overrides.append(f"data.markets=[{json.dumps(args.data)}]")
+def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
+    """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``)."""
     try:
-        cfg = load_config(args.config, overrides)
         markets = [load_splits(cfg, spec) for spec in cfg.data.markets]
-    except (ConfigError, DataError) as err:
+    except DataError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-
-    preset = Path(args.config).stem if args.config else "default"
-    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{preset}"
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
     out_root = Path(cfg.run.out)
     staging = out_root / f".{name}.incomplete"
     staging.mkdir(parents=True, exist_ok=False)
@@ -184,11 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"run": name, "markets": {}}
     table_rows = {}
     for splits in markets:
-        if not args.quiet:
+        if not quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
-        entry, test_metrics = run_market(
-            cfg, splits, staging / splits.name, progress=not args.quiet
-        )
+        entry, test_metrics = run_market(cfg, splits, staging / splits.name, progress=not quiet)
         for policy, metrics in test_metrics.items():
             table_rows[(splits.name, policy)] = metrics
         report["markets"][splits.name] = entry
@@ -201,6 +172,122 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"run folder: {final}")
     return 0
+
+
+def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
+    """Constructor options of the ``loop.llm`` backend.
+
+    The offline designer is seeded with ``run.seed`` plus the number of candidates
+    already recorded, so a resumed run continues with fresh proposals instead of
+    replaying the first ones.
+    """
+    kind = cfg.loop.llm.partition(":")[0].lower()
+    if kind == "offline":
+        return {"seed": cfg.run.seed + n_candidates}
+    if kind == "openai" and cfg.loop.model:
+        return {"model": cfg.loop.model}
+    return {}
+
+
+def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) -> int:
+    """The SE-RL loop (new run or ``--resume``); returns the exit code."""
+    log = None if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    try:
+        splits = load_splits(cfg, cfg.loop.market)
+        if resume is None:
+            name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
+            yaml_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+            store = RunStore.create(Path(cfg.run.out) / name, cfg.to_dict(), yaml_text)
+        else:
+            store = RunStore.open(resume)
+        backend = make_backend(cfg.loop.llm, **backend_options(cfg, len(store.candidates())))
+    except (DataError, StoreError, BackendError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if log:
+        log(f"[{splits.name}] {splits.report.summary()}")
+        log(f"run folder: {store.root} (designer: {cfg.loop.llm})")
+    data = MarketData.from_episodes(splits.train)
+    loop = SERLLoop(
+        cfg,
+        backend,
+        store,
+        obs_dim=ExecutionEnv().observation_size(cfg.env_params(data)),
+        num_features=data.num_features,
+        log=log,
+    )
+    try:
+        with backend:
+            outcome = loop.run()
+    except BackendError as err:
+        print(f"error: {err}", file=sys.stderr)
+        print(f"the run can be resumed: python -m serl_jax.train --resume {store.root}",
+              file=sys.stderr)  # fmt: skip
+        return 3
+    table = write_report(cfg, store, outcome, splits)
+    print(table)
+    print(f"best candidate: {outcome.best.id} (validation PA {outcome.best.score:.2f} bps)")
+    print(f"run folder: {store.root}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the process exit code (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m serl_jax.train", description=__doc__.split("\n\n")[0].strip('"`')
+    )
+    parser.add_argument("--config", help="YAML preset (default: built-in defaults)")
+    parser.add_argument(
+        "--llm",
+        help="designer backend: offline (default), hf:<path>, openai:<base_url>, "
+        "scripted:<file.json>, or none for plain PPO",
+    )
+    parser.add_argument("--model", help="model name for an openai:<base_url> server")
+    parser.add_argument("--iterations", type=int, help="J_max, the most outer iterations")
+    parser.add_argument("--candidates", type=int, help="K, candidates per outer iteration")
+    parser.add_argument("--workers", type=int, help="candidates trained at once (processes)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue an SE-RL run folder")
+    parser.add_argument("--data", help="one dataset (folder or file) instead of the samples")
+    parser.add_argument("--out", help="parent folder of run folders (default: run.out)")
+    parser.add_argument("--seed", type=int, help="master seed (default: run.seed)")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value")
+    args = parser.parse_args(argv)
+
+    flags = {
+        "loop.llm": args.llm, "loop.model": args.model, "loop.iterations": args.iterations,
+        "loop.candidates": args.candidates, "loop.workers": args.workers,
+        "run.seed": args.seed, "run.out": args.out,
+    }  # fmt: skip
+    overrides = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
+    if args.data is not None:
+        overrides += [
+            f"data.markets=[{json.dumps(args.data)}]",
+            f"loop.market={json.dumps(args.data)}",
+        ]
+    overrides += args.overrides
+    if args.resume is not None:
+        if overrides or args.config:
+            print("error: --resume continues a run with its own config; "
+                  "drop the other options", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            store = RunStore.open(args.resume)
+            cfg = config_from_dict(store.meta("config"))
+            store.close()
+        except (StoreError, ConfigError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return run_serl(cfg, "", Path(args.resume), args.quiet)
+    try:
+        cfg = load_config(args.config, overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    config_name = Path(args.config).stem if args.config else "default"
+    if cfg.loop.llm.strip().lower() == "none":
+        return train_ppo(cfg, config_name, args.quiet)
+    return run_serl(cfg, f"{config_name}-serl", None, args.quiet)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ TINY = str(ROOT / "configs" / "tiny.yaml")
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One ``python -m serl_jax.train`` run on the US sample at the tiny preset."""
+    """One plain-PPO ``python -m serl_jax.train --llm none`` run on the US sample (tiny)."""
     out = tmp_path_factory.mktemp("runs")
-    code = train.main(["--config", TINY, "--out", str(out), "--quiet", "--data", "sample:us_1min"])
+    code = train.main(
+        ["--config", TINY, "--out", str(out), "--quiet", "--data", "sample:us_1min", "--llm", "none"]
+    )
     assert code == 0
     (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     return run_dir
@@ -48,6 +50,7 @@ def test_train_is_deterministic(tiny_run, tmp_path):
     assert (
         train.main(
             ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min"]
+            + ["--llm", "none"]
         )
         == 0
     )
@@ -114,6 +117,7 @@ def test_interrupted_run_leaves_no_folder_that_looks_complete(tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         train.main(
             ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min"]
+            + ["--llm", "none"]
         )
     (staged,) = list(tmp_path.iterdir())
     assert staged.name.startswith(".") and staged.name.endswith(".incomplete")

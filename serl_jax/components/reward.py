@@ -65,7 +65,8 @@ def check_reward_output(out) -> str:
         out: what the reward returned, as ``ShapeDtypeStruct`` leaves.
 
     Returns:
-        A short description (``"scalar"`` or ``"3 terms: pa, pace, terminal"``).
+        A short description (``"scalar"`` or ``"3 terms: pa, pace, terminal"``; JAX
+            returns dict outputs with sorted keys).
 
     Raises:
         ValueError: not a float32 scalar nor a non-empty dict of at most

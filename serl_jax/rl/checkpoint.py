@@ -55,7 +55,10 @@ def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, 
 
     Returns:
         ``(network, policy_params, meta)``: the flax module rebuilt from the saved
-        network config, the restored parameters, and the metadata dict.
+        network config (or, for an SE-RL candidate, from the ``network_code`` in the
+        metadata, defined through :func:`llm.validate.load_validated`: that code passed
+        both validation stages in its run and is checked by stage 1 again here), the
+        restored parameters, and the metadata dict.
 
     Raises:
         CheckpointError: the folder or one of its files is missing or unreadable.
@@ -71,7 +74,15 @@ def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, 
         obs_size = int(meta["obs_size"])
     except (ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{meta_path}: unreadable metadata ({err})") from None
-    network = make_network(tuple(net_cfg["hidden_sizes"]), net_cfg["activation"])
+    if meta.get("network_code"):
+        from llm.validate import StaticError, load_validated
+
+        try:
+            network = load_validated(meta["network_code"], "network")
+        except (StaticError, TypeError) as err:
+            raise CheckpointError(f"{meta_path}: network_code refused ({err})") from None
+    else:
+        network = make_network(tuple(net_cfg["hidden_sizes"]), net_cfg["activation"])
     template = PPOPolicyParams(
         params=network.init(jax.random.PRNGKey(0), jnp.zeros((obs_size,), jnp.float32)),
         obs_stats=RunningStats.create(obs_size),

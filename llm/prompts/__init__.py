@@ -1,0 +1,30 @@
+"""Prompts of the SE-RL designer: macro (the task) + micro (one module), with the
+high-level DEK's in-context examples, feedback and instruction refinement.
+
+Importing this package imports JAX (the field tables come from the environment's
+dataclasses) but not torch.
+"""
+
+from llm.prompts.builder import (
+    DEFAULT_INSTRUCTION,
+    REFINEMENT_MODULE,
+    design_prompt,
+    parse_instruction,
+    refinement_prompt,
+)
+from llm.prompts.defaults import DEFAULT_CODE
+from llm.prompts.macro import field_docs, macro_prompt
+from llm.prompts.micro import MICRO_PROMPTS, MicroPrompt
+
+__all__ = [
+    "DEFAULT_CODE",
+    "DEFAULT_INSTRUCTION",
+    "MICRO_PROMPTS",
+    "REFINEMENT_MODULE",
+    "MicroPrompt",
+    "design_prompt",
+    "field_docs",
+    "macro_prompt",
+    "parse_instruction",
+    "refinement_prompt",
+]

@@ -1,0 +1,161 @@
+"""Assembles the prompts of one outer iteration.
+
+Layout of a design prompt (the offline designer and tests rely on the marked lines)::
+
+    <macro prompt>
+    MODULE: LLM4Reward
+    <contract and the default implementation in a python block>
+    ## Past candidates (ascending PA, best last)
+    ### Candidate j1-c0 | PA -18.52 bps | WR 0.40 | GLR 0.9 | AFI 0.000
+    <its instruction>
+    ```python
+    <its code>
+    ```
+    ## Feedback on the previous iteration
+    <per candidate: validation errors, crashes, metrics and reward-term statistics>
+    ## Instructions
+    <the current instruction>
+    <answer format>
+
+The refinement prompt (macro-micro refinement of the high-level DEK) starts with
+``MODULE: InstructionRefinement`` and lists past instructions as
+``### Instruction <n> | PA <x> bps`` followed by a ``text`` block; the answer is the new
+instruction in a ``text`` block (:func:`parse_instruction`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from llm.dek.high_level import BufferEntry
+from llm.prompts.micro import MICRO_PROMPTS
+
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "REFINEMENT_MODULE",
+    "design_prompt",
+    "parse_instruction",
+    "refinement_prompt",
+]
+
+REFINEMENT_MODULE = "InstructionRefinement"
+
+DEFAULT_INSTRUCTION = (
+    "Improve on the best past candidates: keep what made them score well, change one idea "
+    "at a time, and explain the change in one sentence before the code."
+)
+
+_ANSWER_FORMAT = {
+    "reward": "Answer with one ```python block holding the complete code "
+    "(imports and `def reward`).",
+    "network": "Answer with one ```python block holding the complete code "
+    "(imports and `class Network`).",
+}
+
+
+def _format_metrics(metrics) -> str:
+    parts = []
+    for key, label, fmt in (("wr", "WR", ".2f"), ("glr", "GLR", ".2f"), ("afi", "AFI", ".3f")):
+        value = metrics.get(key)
+        if value is not None:
+            parts.append(f"{label} {value:{fmt}}")
+    return "".join(f" | {p}" for p in parts)
+
+
+def design_prompt(
+    kind: str,
+    macro: str,
+    instruction: str,
+    examples: Sequence[BufferEntry] = (),
+    feedback: str = "",
+) -> str:
+    """The prompt asking for one module's code.
+
+    Args:
+        kind: the slot (a key of :data:`llm.prompts.micro.MICRO_PROMPTS`).
+        macro: the macro prompt (:func:`llm.prompts.macro.macro_prompt`).
+        instruction: the current instruction for this module.
+        examples: in-context examples in the order to show (ascending PA).
+        feedback: reflection text on the previous iteration (may be empty).
+
+    Returns:
+        The prompt text.
+
+    Raises:
+        KeyError: unknown ``kind``.
+    """
+    micro = MICRO_PROMPTS[kind]
+    parts = [
+        macro.rstrip(),
+        f"MODULE: {micro.module}",
+        micro.contract,
+        f"Current default implementation:\n```python\n{micro.default_code.rstrip()}\n```",
+    ]
+    if examples:
+        shown = ["## Past candidates (ascending PA, best last)"]
+        for e in examples:
+            shown.append(
+                f"### Candidate {e.candidate_id} | PA {e.pa:.2f} bps{_format_metrics(e.metrics)}\n"
+                f"Instruction: {e.instruction}\n```python\n{e.code.rstrip()}\n```"
+            )
+        parts.append("\n".join(shown))
+    if feedback.strip():
+        parts.append(f"## Feedback on the previous iteration\n{feedback.rstrip()}")
+    parts.append(f"## Instructions\n{instruction.strip()}\n{_ANSWER_FORMAT[kind]}")
+    return "\n\n".join(parts) + "\n"
+
+
+def refinement_prompt(
+    macro: str, current: str, scored: Sequence[tuple[str, float]], feedback: str = ""
+) -> str:
+    """The prompt asking the model to rewrite the design instruction (macro-micro
+    refinement).
+
+    Args:
+        macro: the macro prompt.
+        current: the instruction in use.
+        scored: past instructions with the best PA obtained under each, in the order to
+            show (ascending PA, best last).
+        feedback: a summary of the last iteration.
+
+    Returns:
+        The prompt text.
+    """
+    shown = "\n".join(
+        f"### Instruction {i} | PA {pa:.2f} bps\n```text\n{text.strip()}\n```"
+        for i, (text, pa) in enumerate(scored)
+    )
+    parts = [
+        macro.rstrip(),
+        f"MODULE: {REFINEMENT_MODULE}",
+        "You write the instructions that guide the design of reward functions and "
+        "networks for the task above. Past instructions and the best PA reached under "
+        "each (ascending, best last):",
+        shown or "(none yet)",
+    ]
+    if feedback.strip():
+        parts.append(f"## Feedback on the last iteration\n{feedback.rstrip()}")
+    parts.append(
+        f"## Current instruction\n```text\n{current.strip()}\n```\n"
+        "Write an improved instruction (at most 120 words) that is likely to lead to "
+        "a higher PA. Answer with one ```text block."
+    )
+    return "\n\n".join(parts) + "\n"
+
+
+_TEXT_BLOCK = re.compile(r"```(?:text|markdown|md)?[ \t]*\n(.*?)```", re.S)
+
+
+def parse_instruction(completion: str, max_chars: int = 2000) -> str:
+    """The new instruction from a refinement completion: the first ``text`` (or
+    untagged) fenced block, else the whole text; stripped and cut to ``max_chars``.
+
+    Raises:
+        ValueError: the completion holds no text.
+    """
+    match = _TEXT_BLOCK.search(completion)
+    text = (match.group(1) if match else completion).strip()
+    if not text:
+        raise ValueError("the refinement completion holds no instruction text")
+    return text[:max_chars]

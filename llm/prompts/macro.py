@@ -1,0 +1,97 @@
+"""The macro prompt: the task, the environment's state fields and the metric.
+
+After the seeds' macro-micro prompt structure: one macro prompt describes the problem
+every module shares; a micro prompt per module (:mod:`llm.prompts.micro`) asks for one
+piece of code. The field tables are read from the docstrings of
+:class:`serl_jax.envs.execution.EnvState` and ``EnvParams``, so the prompt always names
+the fields the code will actually receive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+
+from serl_jax.envs.execution import NUM_PRIVATE_FEATURES, EnvParams, EnvState
+
+__all__ = ["field_docs", "macro_prompt"]
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field: description}`` from the ``Attributes:`` section of a dataclass docstring.
+
+    A line ``a, b: text`` documents both ``a`` and ``b``; continuation lines are joined.
+
+    Raises:
+        ValueError: a field of ``cls`` is not documented (so the prompt cannot go stale).
+    """
+    doc = inspect.getdoc(cls) or ""
+    section = doc.split("Attributes:", 1)[-1]
+    docs: dict[str, str] = {}
+    current: list[str] = []
+    for line in section.splitlines():
+        match = re.match(r"^\s{4}([a-z_][a-z0-9_, ]*):\s*(.*)$", line)
+        if match:
+            current = [n.strip() for n in match.group(1).split(",")]
+            for name in current:
+                docs[name] = match.group(2).strip()
+        elif line.strip() and current:
+            for name in current:
+                docs[name] += " " + line.strip()
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in docs]
+    if missing:
+        raise ValueError(f"{cls.__name__}: fields without documentation: {missing}")
+    return docs
+
+
+def _table(cls: type, skip: tuple[str, ...] = ()) -> str:
+    docs = field_docs(cls)
+    return "\n".join(
+        f"- `{f.name}`: {docs[f.name]}" for f in dataclasses.fields(cls) if f.name not in skip
+    )
+
+
+def macro_prompt(obs_dim: int, num_features: int, lookback: int) -> str:
+    """The task description shared by every module's prompt.
+
+    Args:
+        obs_dim: observation size D the network receives.
+        num_features: market features per past slot F.
+        lookback: past slots in the observation.
+
+    Returns:
+        Markdown text.
+    """
+    return f"""\
+# Task: optimal execution of a parent order
+
+You are an RL researcher designing components of a PPO agent that executes a parent
+order: sell (side = +1) or buy (side = -1) Q shares within a window of T one-minute
+slots of a real trading day. At each step t the agent chooses an action a_t in [0, 1],
+the fraction of its remaining inventory I_t to send as a child order; the fill pays half
+the spread plus a temporary impact eta * (q/v)^k in bps, at most a participation cap of
+the minute's volume v; whatever is left at the last step is liquidated with a penalty.
+
+Metric (higher is better): the price advantage of each parent order against the
+window's VWAP, PA = side * (P_exec / P_vwap - 1) * 1e4 bps, averaged over validation
+days; also WR (share of orders with PA > 0), GLR (mean gain / mean loss) and AFI (share
+of Q left unfilled). Execution costs make PA negative for a policy that just follows the
+market; TWAP (equal child orders) is the reference to beat.
+
+The code runs inside `jax.jit` and `jax.vmap`: use `jax.numpy` only, no Python `if` on
+array values (use `jnp.where`), no loops over time, float32 outputs, no I/O. Allowed
+imports: jax, jax.numpy, jax.nn, jax.lax, flax.linen, math, functools.
+
+## Episode state (`EnvState`, one scalar per field per episode)
+{_table(EnvState)}
+
+## Environment parameters (`EnvParams`)
+{_table(EnvParams, skip=("data",))}
+(`params.data` holds the replayed market arrays; components should not need it.)
+
+## Observation (float32 [{obs_dim}])
+{NUM_PRIVATE_FEATURES} private features: (T - t)/T, log(T - t), I_t/Q and the price move
+since arrival in percent; then {lookback} past slots x {num_features} normalized market
+features (log return, rolling volatility, volume share, time of day, high-low range).
+"""

@@ -1,0 +1,77 @@
+"""Micro prompts: one per module the designer writes.
+
+Each :class:`MicroPrompt` names the module as the seeds do (LLM4Reward, LLM4Agent), gives
+the exact signature and shapes to return and shows the current default implementation.
+The registry :data:`MICRO_PROMPTS` is keyed by the slot kind; the later modules
+(LLM4Imagine, LLM4Profiling, LLM4Communication) are added here when their slots exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llm.prompts.defaults import DEFAULT_CODE
+
+__all__ = ["MICRO_PROMPTS", "MicroPrompt"]
+
+
+@dataclass(frozen=True)
+class MicroPrompt:
+    """The module-specific part of a prompt.
+
+    Attributes:
+        module: the seeds' module name (``LLM4Reward``), written as ``MODULE: <module>``.
+        kind: the slot it fills (``reward``, ``network``); the validator's ``kind``.
+        contract: what to write: signature, shapes, dtypes, units.
+        default_code: the current default implementation.
+    """
+
+    module: str
+    kind: str
+    contract: str
+    default_code: str
+
+
+LLM4REWARD = MicroPrompt(
+    module="LLM4Reward",
+    kind="reward",
+    contract="""\
+Write a reward function for the reward slot:
+
+    def reward(prev_state, action, next_state, params):
+
+- `prev_state`, `next_state`: `EnvState` before and after the step (one episode, scalar
+  fields); `action`: float32 scalar in [0, 1] (the fraction of inventory sent);
+  `params`: `EnvParams`.
+- Return either a float32 scalar or a dict of at most 16 named float32 scalar terms
+  (identifier names, not `total`) whose sum is the reward. Prefer the dict form: the
+  statistics of each term during training are reported back to you.
+- PPO maximizes the undiscounted sum over the episode (gamma = 1). Rewards are in bps
+  times `params.reward_scale`; keep their scale comparable to the default's.
+- Must be finite for every state, including zero quantity, zero fills and the last step.""",
+    default_code=DEFAULT_CODE["reward"],
+)
+
+LLM4AGENT = MicroPrompt(
+    module="LLM4Agent",
+    kind="network",
+    contract="""\
+Write the policy/value network for the network slot, a flax.linen module:
+
+    class Network(nn.Module):
+        @nn.compact
+        def __call__(self, obs):  # obs float32 [..., D]
+            return policy_outputs, value  # float32 [..., 2] and [...]
+
+- Instantiated as `Network()`: every field needs a default.
+- `policy_outputs[..., 0]` is the mean and `[..., 1]` the log standard deviation of the
+  action's logit z (action = sigmoid(z)), as a residual around the TWAP schedule's logit:
+  initialize the policy head near zero with bias (0, log 0.5) so the untrained policy is
+  TWAP with some exploration. `value` estimates the return in reward units.
+- Observations are normalized with running statistics before the network sees them.
+- At most 1,000,000 parameters; use glorot/lecun/variance_scaling initializers
+  (no orthogonal init or jnp.linalg).""",
+    default_code=DEFAULT_CODE["network"],
+)
+
+MICRO_PROMPTS: dict[str, MicroPrompt] = {p.kind: p for p in (LLM4REWARD, LLM4AGENT)}

@@ -1,0 +1,27 @@
+"""The SE-RL outer loop: designer -> code -> validation -> training -> metrics -> designer.
+
+- :mod:`serl_jax.loop.outer`: :class:`SERLLoop`, Algorithm 1 of the seeds.
+- :mod:`serl_jax.loop.evaluation`: training and scoring one candidate program.
+- :mod:`serl_jax.loop.store`: the SQLite run store that makes runs resumable.
+- :mod:`serl_jax.loop.convergence`: the EMA stopping rule.
+- :mod:`serl_jax.loop.report`: the final report (top candidates, test-day comparison).
+"""
+
+from serl_jax.loop.convergence import EmaConvergence
+from serl_jax.loop.evaluation import ProgramEvaluator, ProgramResult, evaluate_program
+from serl_jax.loop.outer import LoopOutcome, SERLLoop, candidate_feedback
+from serl_jax.loop.store import Candidate, IterationSummary, RunStore, StoreError
+
+__all__ = [
+    "Candidate",
+    "EmaConvergence",
+    "IterationSummary",
+    "LoopOutcome",
+    "ProgramEvaluator",
+    "ProgramResult",
+    "RunStore",
+    "SERLLoop",
+    "StoreError",
+    "candidate_feedback",
+    "evaluate_program",
+]

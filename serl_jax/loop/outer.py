@@ -1,0 +1,426 @@
+"""The SE-RL outer loop (seeds' Algorithm 1): design, validate, train, score, reflect.
+
+One outer iteration j:
+
+1. (every ``loop.refine_every`` iterations) macro-micro refinement: the designer rewrites
+   the design instruction from the instruction buffer's scored instructions;
+2. for each module (``reward``, ``network``) one prompt (macro + micro + the best past
+   candidates as in-context examples + feedback on the previous iteration) asks for the
+   module's share of the K candidates;
+3. every completion is parsed and validated (both stages, in the sandbox);
+4. each valid candidate is trained with the incumbent (best so far) of the other slot and
+   scored on validation days; a rejected or crashed candidate scores ``loop.failure_pa``
+   and its error text goes into the next prompt;
+5. ``PA_j`` (the iteration's best score) updates the EMA convergence test.
+
+Iteration 0 evaluates the framework's defaults (``j0-default``) as the reference and the
+first in-context example. Every step is recorded in the run store as it happens
+(:mod:`serl_jax.loop.store`); :meth:`SERLLoop.run` on a reopened store continues where a
+killed run stopped, without generating or evaluating anything twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from llm.backends import Backend
+from llm.dek import BufferEntry, InstructionBuffer
+from llm.parsing import ParseError, extract_code
+from llm.prompts import (
+    DEFAULT_CODE,
+    DEFAULT_INSTRUCTION,
+    design_prompt,
+    macro_prompt,
+    parse_instruction,
+    refinement_prompt,
+)
+from llm.validate import Limits, validate
+from serl_jax.config import Config
+from serl_jax.loop.convergence import EmaConvergence
+from serl_jax.loop.evaluation import ProgramEvaluator
+from serl_jax.loop.store import Candidate, IterationSummary, RunStore
+
+__all__ = ["LoopOutcome", "SERLLoop", "candidate_feedback"]
+
+REFERENCE_ID = "j0-default"
+
+
+@dataclass(frozen=True)
+class LoopOutcome:
+    """The end state of a loop run.
+
+    Attributes:
+        iterations: summaries of the finished iterations (j = 0, 1, ...).
+        best: the best evaluated candidate.
+        reason: why the loop stopped (``converged``, ``max_iterations``).
+        candidates_per_hour: evaluated (trained) candidates per hour of loop wall time.
+        compile_share: share of candidate evaluation time spent compiling.
+    """
+
+    iterations: list[IterationSummary]
+    best: Candidate
+    reason: str
+    candidates_per_hour: float
+    compile_share: float
+
+
+def _program_key(reward_code: str, network_code: str) -> str:
+    return hashlib.sha256(f"{reward_code}\0{network_code}".encode()).hexdigest()
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
+    """One candidate's outcome as feedback text for the next prompt (reward reflection).
+
+    Evaluated: metrics and, per reward term, the mean episode sum at the first and last
+    recorded update plus its share of all terms. Failed: the stage and error text.
+    """
+    head = f"- {cand.id} ({cand.module})"
+    if cand.status == "rejected":
+        v = cand.validation or {}
+        return f"{head}: rejected at the {v.get('stage', '?')} stage: {v.get('reason', cand.error)}"
+    if cand.status == "crashed":
+        return f"{head}: {cand.error}"
+    if cand.status != "evaluated" or not cand.metrics:
+        return f"{head}: not evaluated"
+    m = cand.metrics
+    lo, hi = m.get("pa_ci") or (None, None)
+    lines = [
+        f"{head}: PA {_fmt(m.get('pa'), '.2f')} bps (95% CI {_fmt(lo, '.2f')} to "
+        f"{_fmt(hi, '.2f')}), WR {_fmt(m.get('wr'), '.2f')}, GLR {_fmt(m.get('glr'), '.2f')}, "
+        f"AFI {_fmt(m.get('afi'), '.3f')}"
+        + (f" (same program as {cand.duplicate_of})" if cand.duplicate_of else "")
+    ]
+    stats = cand.reward_term_stats or {}
+    history = stats.get("history") or []
+    terms = [k for k in stats if k != "history"][:max_terms]
+    if terms and history:
+        first, last = history[0], history[-1]
+        lines.append(
+            f"  reward terms, mean per episode on validation days at update "
+            f"{first['updates']} -> {last['updates']} (share of |terms|):"
+        )
+        for t in terms:
+            a = first["episode_mean"].get(t)
+            b = last["episode_mean"].get(t)
+            share = stats[t].get("share")
+            lines.append(
+                f"    {t}: {_fmt(a, '.3f')} -> {_fmt(b, '.3f')}"
+                + ("" if t == "total" else f" ({_fmt(share, '.0%')})")
+            )
+    return "\n".join(lines)
+
+
+class SERLLoop:
+    """Runs the outer loop on one market, recording everything in a :class:`RunStore`.
+
+    Args:
+        cfg: the run configuration (``loop``, ``ppo``, ``run``, ``env``, ``data``, ``eval``).
+        backend: the designer (any :class:`llm.backends.Backend`).
+        store: a new or reopened run store.
+        obs_dim, num_features: observation size D and market features per slot F of the
+            market (for the macro prompt).
+        limits: validation limits (default :class:`llm.validate.Limits`).
+        log: where progress lines go (``None``: silent).
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        backend: Backend,
+        store: RunStore,
+        *,
+        obs_dim: int,
+        num_features: int,
+        limits: Limits | None = None,
+        log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True),
+    ):
+        self.cfg = cfg
+        self.loop = cfg.loop
+        self.backend = backend
+        self.store = store
+        self.limits = limits or Limits()
+        self.log = log or (lambda s: None)
+        self.macro = macro_prompt(obs_dim, num_features, int(cfg.env["lookback"]))
+        self.config_dict = cfg.to_dict()
+        self.buffer = InstructionBuffer(self.loop.buffer_size)
+        self.convergence = EmaConvergence(
+            decay=self.loop.ema_decay,
+            epsilon=self.loop.epsilon_bps,
+            min_iterations=self.loop.min_iterations,
+            max_iterations=self.loop.iterations,
+        )
+
+    # -- state -------------------------------------------------------------------------
+    def _evaluated(self) -> list[Candidate]:
+        return [c for c in self.store.candidates() if c.status == "evaluated"]
+
+    def best(self) -> Candidate | None:
+        """The best evaluated candidate so far (earliest among equal scores)."""
+        best = None
+        for c in self._evaluated():
+            if best is None or c.score > best.score:
+                best = c
+        return best
+
+    def _instruction(self) -> str:
+        for row in reversed(self.store.prompts()):
+            if row["purpose"] == "refinement" and row["result"]:
+                return row["result"]
+        return DEFAULT_INSTRUCTION
+
+    def _add_to_buffer(self, cand: Candidate) -> None:
+        if cand.status != "evaluated" or cand.duplicate_of:
+            return
+        metrics = {k: cand.metrics.get(k) for k in ("wr", "glr", "afi")}
+        modules = ("reward", "network") if cand.module == "default" else (cand.module,)
+        for module in modules:
+            code = cand.reward_code if module == "reward" else cand.network_code
+            self.buffer.add(
+                BufferEntry(cand.id, module, cand.instruction, code, cand.score, metrics)
+            )
+
+    # -- steps -------------------------------------------------------------------------
+    def _propose_reference(self) -> None:
+        cand = Candidate(
+            id=REFERENCE_ID,
+            iteration=0,
+            idx=0,
+            module="default",
+            instruction="the framework's default reward and network",
+            code=DEFAULT_CODE["reward"],
+            reward_code=DEFAULT_CODE["reward"],
+            network_code=DEFAULT_CODE["network"],
+        )
+        self.store.add_proposals(0, [], [(None, cand)])
+
+    def _split_candidates(self) -> dict[str, int]:
+        shares = dict.fromkeys(self.loop.modules, 0)
+        for i in range(self.loop.candidates):
+            shares[self.loop.modules[i % len(self.loop.modules)]] += 1
+        return {m: k for m, k in shares.items() if k > 0}
+
+    def _propose(self, j: int) -> None:
+        """Generates iteration j's candidates and records them (one transaction)."""
+        previous = self.store.candidates(j - 1)
+        feedback = "\n".join(candidate_feedback(c) for c in previous)
+        instruction = self._instruction()
+        prompts: list[tuple[str, str, str, list[str], Any]] = []
+        if self.loop.refine_every and j > 1 and (j - 1) % self.loop.refine_every == 0:
+            scored = list(reversed(self.buffer.instruction_scores()))
+            prompt = refinement_prompt(self.macro, instruction, scored, feedback)
+            [completions] = self.backend.generate(
+                [prompt], n=1, temperature=self.loop.temperature,
+                max_new_tokens=self.loop.max_new_tokens,
+            )  # fmt: skip
+            try:
+                instruction = parse_instruction(completions[0])
+                self.log(f"[j={j}] refined instruction: {instruction[:100]}")
+            except ValueError as e:
+                self.log(f"[j={j}] instruction refinement ignored: {e}")
+                instruction = None
+            prompts.append(("instruction", "refinement", prompt, completions, instruction))
+            instruction = instruction or self._instruction()
+        incumbent = self.best()
+        candidates: list[tuple[int, Candidate]] = []
+        idx = 0
+        for module, k in self._split_candidates().items():
+            examples = self.buffer.examples(self.loop.num_examples, module)
+            prompt = design_prompt(module, self.macro, instruction, examples, feedback)
+            [completions] = self.backend.generate(
+                [prompt], n=k, temperature=self.loop.temperature,
+                max_new_tokens=self.loop.max_new_tokens,
+            )  # fmt: skip
+            prompts.append((module, "design", prompt, completions, None))
+            for completion in completions:
+                cand = Candidate(
+                    id=f"j{j}-c{idx}", iteration=j, idx=idx, module=module,
+                    instruction=instruction, completion=completion,
+                    parent_ids=[incumbent.id],
+                )  # fmt: skip
+                try:
+                    cand.code = extract_code(completion)
+                except ParseError as e:
+                    cand.status = "rejected"
+                    cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
+                    cand.error = f"no code: {e}"
+                    cand.score = self.loop.failure_pa
+                cand.reward_code = cand.code if module == "reward" else incumbent.reward_code
+                cand.network_code = cand.code if module == "network" else incumbent.network_code
+                candidates.append((len(prompts) - 1, cand))
+                idx += 1
+        self.store.add_proposals(j, prompts, candidates)
+        for _, cand in candidates:
+            self._report_candidate(cand)
+
+    def _validate(self, pending: list[Candidate]) -> None:
+        def check(cand: Candidate):
+            kinds = ("reward", "network") if cand.module == "default" else (cand.module,)
+            t0 = time.perf_counter()
+            for kind in kinds:
+                code = cand.reward_code if kind == "reward" else cand.network_code
+                result = validate(code, kind, limits=self.limits)
+                if not result.ok:
+                    break
+            return cand, result, time.perf_counter() - t0
+
+        workers = max(1, min(self.loop.validation_workers, len(pending)))
+        with ThreadPoolExecutor(workers) as pool:
+            for cand, result, seconds in pool.map(check, pending):
+                cand.validation = {"ok": result.ok, "stage": result.stage, "reason": result.reason}
+                cand.timing["validate"] = seconds
+                if result.ok:
+                    cand.status = "validated"
+                else:
+                    cand.status = "rejected"
+                    cand.error = f"rejected at the {result.stage} stage: {result.reason}"
+                    cand.score = self.loop.failure_pa
+                self.store.update(cand)
+                self._report_candidate(cand)
+
+    def _evaluate(self, pending: list[Candidate], evaluator: ProgramEvaluator) -> None:
+        """Trains each distinct program once; a candidate whose program was evaluated
+        before (or earlier in this batch) copies that result (``duplicate_of``)."""
+        done = {
+            _program_key(c.reward_code, c.network_code): c
+            for c in self._evaluated()
+            if not c.duplicate_of
+        }
+        batch, repeats = [], []
+        for cand in pending:
+            key = _program_key(cand.reward_code, cand.network_code)
+            if key in done:
+                repeats.append((cand, key))
+                continue
+            batch.append(cand)
+            done[key] = cand
+        tasks = [
+            (self.config_dict, self.loop.market, c.reward_code, c.network_code,
+             str(self.store.candidate_dir(c.id)))
+            for c in batch
+        ]  # fmt: skip
+        for i, result in evaluator.evaluate(tasks):
+            cand = batch[i]
+            cand.timing.update(result.timing)
+            if result.ok:
+                cand.status, cand.score = "evaluated", result.metrics["pa"]
+                cand.metrics, cand.reward_term_stats = result.metrics, result.reward_term_stats
+                _write_curves(self.store.candidate_dir(cand.id), result.curves)
+            else:
+                cand.status, cand.error = "crashed", result.error
+                cand.score = self.loop.failure_pa
+            self.store.update(cand)
+            self._add_to_buffer(cand)
+            self._report_candidate(cand)
+        for cand, key in repeats:
+            original = done[key]
+            cand.duplicate_of = original.id
+            cand.status, cand.score, cand.error = original.status, original.score, original.error
+            cand.metrics, cand.reward_term_stats = original.metrics, original.reward_term_stats
+            self.store.update(cand)
+            self._report_candidate(cand)
+
+    def _report_candidate(self, cand: Candidate) -> None:
+        if cand.status == "evaluated":
+            note = f" (= {cand.duplicate_of})" if cand.duplicate_of else ""
+            t = cand.timing
+            self.log(
+                f"  {cand.id} {cand.module}: PA {cand.score:.2f} bps{note}"
+                + (f" [{t['total']:.0f}s, compile {t['compile']:.0f}s]" if "compile" in t else "")
+            )
+        elif cand.status in ("rejected", "crashed"):
+            self.log(f"  {cand.id} {cand.module}: {cand.status}: {cand.error[:160]}")
+
+    def _process(self, j: int, evaluator: ProgramEvaluator) -> None:
+        cands = self.store.candidates(j)
+        self._validate([c for c in cands if c.status == "proposed"])
+        cands = self.store.candidates(j)
+        self._evaluate([c for c in cands if c.status == "validated"], evaluator)
+
+    def _finish(self, j: int) -> IterationSummary:
+        cands = self.store.candidates(j)
+        best = max(cands, key=lambda c: c.score if c.score is not None else -float("inf"))
+        pa = float(best.score)
+        ema, stop = self.convergence.update(j, pa)
+        summary = IterationSummary(
+            j, pa, ema, best.id if best.status == "evaluated" else None, stop and j > 0
+        )
+        self.store.finish_iteration(summary)
+        self.log(f"[j={j}] PA_j {pa:.2f} bps ({summary.best_id}), PA_ema {ema:.2f} bps")
+        return summary
+
+    # -- main --------------------------------------------------------------------------
+    def run(self) -> LoopOutcome:
+        """Runs (or resumes) the loop until convergence or ``loop.iterations``.
+
+        Raises:
+            llm.backends.BackendError: the designer failed (the run stays resumable).
+            RuntimeError: the reference candidate failed (bad config or data).
+        """
+        finished = {s.iteration: s for s in self.store.iterations()}
+        for s in finished.values():
+            self.convergence.update(s.iteration, s.pa)
+        for c in self._evaluated():
+            self._add_to_buffer(c)
+        t_start = time.perf_counter()
+        elapsed_before = float(self._meta("elapsed_seconds", 0.0))
+        reason = "max_iterations"
+        with ProgramEvaluator(self.loop.workers) as evaluator:
+            for j in range(0, self.loop.iterations + 1):
+                if j in finished:
+                    if finished[j].converged:
+                        reason = "converged"
+                        break
+                    continue
+                if not self.store.candidates(j):
+                    if j == 0:
+                        self._propose_reference()
+                    else:
+                        self.log(f"[j={j}] asking the designer ({self.backend.name})")
+                        self._propose(j)
+                self._process(j, evaluator)
+                if j == 0 and self.best() is None:
+                    [ref] = self.store.candidates(0)
+                    raise RuntimeError(f"the default program failed: {ref.error}")
+                summary = self._finish(j)
+                self.store.set_meta(
+                    "elapsed_seconds", elapsed_before + time.perf_counter() - t_start
+                )
+                if summary.converged:
+                    reason = "converged" if j < self.loop.iterations else "max_iterations"
+                    break
+        evaluated = [c for c in self._evaluated() if not c.duplicate_of]
+        elapsed = float(self._meta("elapsed_seconds", 0.0))
+        compile_s = sum(c.timing.get("compile", 0.0) for c in evaluated)
+        total_s = sum(c.timing.get("total", 0.0) for c in evaluated)
+        return LoopOutcome(
+            iterations=self.store.iterations(),
+            best=self.best(),
+            reason=reason,
+            candidates_per_hour=len(evaluated) / max(elapsed, 1e-9) * 3600.0,
+            compile_share=compile_s / total_s if total_s > 0 else 0.0,
+        )
+
+    def _meta(self, key: str, default: Any) -> Any:
+        try:
+            return self.store.meta(key)
+        except KeyError:
+            return default
+
+
+def _write_curves(directory, curves: dict[str, list[float | None]]) -> None:
+    import numpy as np
+
+    np.savez_compressed(
+        directory / "curves.npz",
+        **{k: np.array([np.nan if v is None else v for v in vals]) for k, vals in curves.items()},
+    )

@@ -1,0 +1,129 @@
+"""The final report of an SE-RL run: top candidates and the test-day comparison.
+
+The best candidate (highest validation PA) and the reference ``j0-default`` (the
+default PPO, trained with the same budget) are reloaded from their checkpoints and run
+on the test days next to TWAP, VWAP and Almgren–Chriss through the same rollout. Writes
+``report.md`` (top candidates with code and metrics, the table), ``report.json`` and
+``results.txt`` into the run folder, and marks the run finished.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from serl_jax.config import ACTION_PRIORS, Config
+from serl_jax.data import MarketSplits
+from serl_jax.envs.execution import ExecutionEnv
+from serl_jax.envs.market_data import MarketData
+from serl_jax.experiment import baseline_policies, evaluate_policies
+from serl_jax.loop.outer import REFERENCE_ID, LoopOutcome
+from serl_jax.loop.store import Candidate, RunStore
+from serl_jax.metrics import format_table
+from serl_jax.plots import plot_loop_progress
+from serl_jax.rl.checkpoint import load_policy
+from serl_jax.rl.policy import make_ppo_policy
+
+__all__ = ["write_report"]
+
+
+def _ppo_policy(cfg: Config, store: RunStore, cand: Candidate):
+    network, params, _ = load_policy(store.candidate_dir(cand.id) / "checkpoint")
+    policy = make_ppo_policy(
+        network, cfg.ppo.normalize_obs, action_prior=ACTION_PRIORS[cfg.network.action_prior]
+    )
+    return policy, params
+
+
+def _candidate_md(cand: Candidate) -> str:
+    m = cand.metrics or {}
+    head = (
+        f"### {cand.id} ({cand.module}) — validation PA {cand.score:.2f} bps, "
+        f"WR {m.get('wr')}, GLR {m.get('glr')}, AFI {m.get('afi')}"
+    )
+    code = []
+    if cand.module in ("reward", "default"):
+        code.append(f"Reward:\n```python\n{cand.reward_code.rstrip()}\n```")
+    if cand.module in ("network", "default"):
+        code.append(f"Network:\n```python\n{cand.network_code.rstrip()}\n```")
+    return "\n\n".join([head, f"Instruction: {cand.instruction}", *code])
+
+
+def write_report(
+    cfg: Config, store: RunStore, outcome: LoopOutcome, splits: MarketSplits, top: int = 5
+) -> str:
+    """Evaluates the best candidate against the baselines on test days and writes the
+    report files.
+
+    Args:
+        cfg: the run configuration.
+        store: the run store (its candidates hold checkpoints).
+        outcome: what :meth:`serl_jax.loop.SERLLoop.run` returned.
+        splits: the market's splits (the test days are used).
+        top: candidates listed with their code.
+
+    Returns:
+        The results table (text), also written to ``results.txt``.
+    """
+    evaluated = [c for c in store.candidates() if c.status == "evaluated" and not c.duplicate_of]
+    ranked = sorted(evaluated, key=lambda c: -c.score)
+    reference = next(c for c in evaluated if c.id == REFERENCE_ID)
+    best = outcome.best
+    policies = {
+        f"SE-RL {best.id}": _ppo_policy(cfg, store, best),
+        "PPO default": _ppo_policy(cfg, store, reference),
+        **baseline_policies(cfg),
+    }
+    test_params = cfg.env_params(MarketData.from_episodes(splits.test))
+    results = evaluate_policies(cfg, ExecutionEnv(), test_params, policies)
+    table = format_table({(splits.name, name): m for name, (m, _) in results.items()})
+
+    counts: dict[str, int] = {}
+    for c in store.candidates():
+        counts[c.status] = counts.get(c.status, 0) + 1
+    summary: dict[str, Any] = {
+        "market": splits.name,
+        "stopped": outcome.reason,
+        "iterations": [vars(s) for s in outcome.iterations],
+        "candidates": counts,
+        "candidates_per_hour": outcome.candidates_per_hour,
+        "compile_share": outcome.compile_share,
+        "best": best.to_record(),
+        "top": [c.id for c in ranked[:top]],
+        "test": {name: m.to_dict() for name, (m, _) in results.items()},
+    }
+    (store.root / "report.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+    (store.root / "results.txt").write_text(table + "\n")
+    plot_loop_progress(
+        [s.iteration for s in outcome.iterations],
+        [s.pa for s in outcome.iterations],
+        [s.ema for s in outcome.iterations],
+        store.root / "loop_progress.png",
+    )
+    lines = [
+        f"# SE-RL run on {splits.name}",
+        "",
+        f"Stopped: {outcome.reason} after {len(outcome.iterations) - 1} outer iterations; "
+        f"candidates: {', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}; "
+        f"{outcome.candidates_per_hour:.0f} candidates/hour, "
+        f"{outcome.compile_share:.0%} of candidate time compiling.",
+        "",
+        "| j | PA_j (bps) | PA_ema (bps) | best |",
+        "|---|---|---|---|",
+        *(
+            f"| {s.iteration} | {s.pa:.2f} | {s.ema:.2f} | {s.best_id} |"
+            for s in outcome.iterations
+        ),  # fmt: skip
+        "",
+        "## Test days",
+        "```",
+        table,
+        "```",
+        "",
+        f"## Top {min(top, len(ranked))} candidates (validation PA)",
+        "",
+        *(_candidate_md(c) + "\n" for c in ranked[:top]),
+    ]
+    (store.root / "report.md").write_text("\n".join(lines))
+    store.set_meta("status", "finished")
+    return table

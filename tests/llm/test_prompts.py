@@ -1,0 +1,153 @@
+"""Prompts (macro + micro), the default code they show, and instruction parsing."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from llm.dek import BufferEntry
+from llm.parsing import extract_code
+from llm.prompts import (
+    DEFAULT_CODE,
+    MICRO_PROMPTS,
+    REFINEMENT_MODULE,
+    design_prompt,
+    field_docs,
+    macro_prompt,
+    parse_instruction,
+    refinement_prompt,
+)
+from llm.validate import load_validated
+from serl_jax.components import reward_term_values, total_reward
+from serl_jax.envs import EnvParams, EnvState, ExecutionEnv, default_reward
+from serl_jax.envs.market_data import MarketData
+from serl_jax.rl.networks import ActorCritic
+
+MACRO = macro_prompt(obs_dim=54, num_features=5, lookback=10)
+
+
+def test_macro_names_every_state_and_param_field():
+    for cls in (EnvState, EnvParams):
+        for f in dataclasses.fields(cls):
+            if f.name != "data":
+                assert f"`{f.name}`" in MACRO, f.name
+    assert "float32 [54]" in MACRO and "10 past slots x 5" in MACRO
+
+
+def test_field_docs_splits_shared_lines_and_refuses_undocumented():
+    docs = field_docs(EnvParams)
+    assert docs["quantity_low"] == docs["quantity_high"]
+    assert "bps" in docs["half_spread_bps"]
+
+    @dataclasses.dataclass
+    class Undocumented:
+        """A dataclass with one undocumented field.
+
+        Attributes:
+            a: documented.
+        """
+
+        a: int = 0
+        b: int = 0
+
+    with pytest.raises(ValueError, match=r"fields without documentation: \['b'\]"):
+        field_docs(Undocumented)
+
+
+def _transitions(cn_market, n=256):
+    """Real transitions of the env under random actions (prev, action, next)."""
+    data = MarketData.from_episodes(cn_market.train)
+    params = EnvParams(data=data)
+    env = ExecutionEnv()
+    keys = jax.random.split(jax.random.PRNGKey(3), n)
+    _, state = jax.vmap(env.reset_env, in_axes=(0, None))(keys, params)
+
+    def walk(state, key):
+        k1, k2 = jax.random.split(key)
+        action = jax.random.uniform(k1, (n,))
+        _, nxt, _, _, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
+            jax.random.split(k2, n), state, action, params
+        )
+        return nxt, (state, action, nxt)
+
+    _, (prev, action, nxt) = jax.lax.scan(walk, state, jax.random.split(jax.random.PRNGKey(4), 30))
+    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), (prev, action, nxt))
+    return (*flat, params)
+
+
+def test_default_reward_code_equals_the_framework_default(cn_market):
+    prev, action, nxt, params = _transitions(cn_market)
+    code_reward = load_validated(DEFAULT_CODE["reward"], "reward")
+    terms = jax.vmap(lambda p, a, n: reward_term_values(code_reward(p, a, n, params)))(
+        prev, action, nxt
+    )
+    expected = jax.vmap(default_reward, in_axes=(0, 0, 0, None))(prev, action, nxt, params)
+    assert set(terms) == {"pa", "concentration", "terminal", "total"}
+    np.testing.assert_allclose(terms["total"], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        terms["pa"] + terms["concentration"] + terms["terminal"], terms["total"], rtol=1e-6
+    )
+    assert float(jnp.abs(terms["terminal"]).max()) > 0 or float(nxt.time.max()) < 240
+
+
+def test_total_reward_sums_terms_and_passes_scalars():
+    assert float(total_reward(jnp.float32(2.5))) == 2.5
+    assert float(total_reward({"a": jnp.float32(1.0), "b": jnp.float32(-3.0)})) == -2.0
+
+
+def test_default_network_code_equals_actor_critic():
+    obs = jax.random.normal(jax.random.PRNGKey(0), (7, 54))
+    code_net = load_validated(DEFAULT_CODE["network"], "network")
+    ref = ActorCritic((64, 64), "tanh")
+    params = ref.init(jax.random.PRNGKey(1), obs)
+    code_params = code_net.init(jax.random.PRNGKey(1), obs)
+    shapes = jax.tree.map(jnp.shape, params)
+    assert jax.tree.map(jnp.shape, code_params) == shapes
+    # Same initializers: same parameters from the same key, hence the same outputs.
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(code_params), strict=True):
+        np.testing.assert_allclose(a, b)
+    for a, b in zip(ref.apply(params, obs), code_net.apply(params, obs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_design_prompt_layout():
+    examples = [
+        BufferEntry("j1-c0", "reward", "instr A", "def reward(a, b, c, d):\n    return 0\n", -20.5),
+        BufferEntry("j0-default", "reward", "instr B", DEFAULT_CODE["reward"], -18.25, {"wr": 0.4}),
+    ]
+    prompt = design_prompt("reward", MACRO, "Do X.", examples, feedback="- j1-c1: crashed")
+    assert prompt.startswith(MACRO.rstrip())
+    assert re.findall(r"^MODULE: (\w+)$", prompt, flags=re.M) == ["LLM4Reward"]
+    headers = re.findall(r"^### Candidate (\S+) \| PA ([-\d.]+) bps", prompt, flags=re.M)
+    assert headers == [("j1-c0", "-20.50"), ("j0-default", "-18.25")]
+    assert "| WR 0.40" in prompt and "- j1-c1: crashed" in prompt
+    assert prompt.index("## Feedback") < prompt.index("## Instructions\nDo X.")
+    # The default implementation is shown and parses as the module's code.
+    assert DEFAULT_CODE["reward"].strip() in prompt
+    assert "MODULE: LLM4Agent" in design_prompt("network", MACRO, "Do Y.")
+    assert set(MICRO_PROMPTS) == {"reward", "network"}
+
+
+def test_refinement_prompt_and_parse_instruction():
+    prompt = refinement_prompt(MACRO, "current one", [("old", -21.0), ("better", -19.0)])
+    assert f"MODULE: {REFINEMENT_MODULE}" in prompt
+    assert re.findall(r"^### Instruction (\d+) \| PA ([-\d.]+) bps", prompt, flags=re.M) == [
+        ("0", "-21.00"),
+        ("1", "-19.00"),
+    ]
+    assert parse_instruction("Sure:\n```text\n  Trade less early.\n```\nthanks") == (
+        "Trade less early."
+    )
+    assert parse_instruction("Just do it better.") == "Just do it better."
+    with pytest.raises(ValueError, match="no instruction text"):
+        parse_instruction("```text\n\n```")
+
+
+def test_default_code_is_what_extract_code_returns():
+    for code in DEFAULT_CODE.values():
+        assert extract_code(f"Here:\n```python\n{code}```") == code

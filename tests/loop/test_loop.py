@@ -1,0 +1,155 @@
+"""The SE-RL loop end to end with the scripted backend: two iterations on the US sample
+at the tiny preset, killed during iteration 1 and resumed through the CLI.
+
+The script answers each reward prompt with a valid reward and a non-answer, and each
+network prompt with a valid network and a hostile one (``import os``); the refinement
+prompt (iteration 3 at ``refine_every=2``, so not reached here) is scripted anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from serl_jax import train
+from serl_jax.loop import RunStore, evaluation
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "tests" / "llm" / "programs"
+TINY = str(ROOT / "configs" / "tiny.yaml")
+
+
+def _fence(path: Path) -> str:
+    return f"A change:\n```python\n{path.read_text()}```\n"
+
+
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serl")
+    script = tmp / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "completions": {
+                    "LLM4Reward": [_fence(PROGRAMS / "ok_reward_terms.txt"), "I cannot help."],
+                    "LLM4Agent": [
+                        _fence(PROGRAMS / "ok_small_mlp_network.txt"),
+                        "```python\nimport os\n```",
+                    ],
+                    "InstructionRefinement": ["```text\nTrade evenly.\n```"],
+                },
+                "cycle": True,
+            }
+        )
+    )
+    args = [
+        "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
+        "--llm", f"scripted:{script}", "--iterations", "2", "--candidates", "4",
+        "loop.min_iterations=2", "eval.n_bootstrap=100",
+    ]  # fmt: skip
+    calls: list[str] = []
+    real = evaluation.evaluate_program
+
+    def counting(config, market, reward_code, network_code, artifact_dir=None):
+        calls.append(Path(artifact_dir).name)
+        if len(calls) == 3:  # killed before the third program trains
+            raise KeyboardInterrupt
+        return real(config, market, reward_code, network_code, artifact_dir)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(evaluation, "evaluate_program", counting)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train.main(args)
+        (run_dir,) = list((tmp / "runs").iterdir())
+        killed = RunStore.open(run_dir)
+        before = {c.id: c.status for c in killed.candidates()}
+        killed.close()
+        assert train.main(["--resume", str(run_dir), "--quiet"]) == 0
+    finally:
+        mp.undo()
+    return run_dir, calls, before
+
+
+def test_kill_left_a_resumable_record(resumed_run):
+    _, calls, before = resumed_run
+    # j0 and one candidate of j1 were trained; the third program was killed.
+    assert before["j0-default"] == "evaluated"
+    assert sorted(before) == ["j0-default", "j1-c0", "j1-c1", "j1-c2", "j1-c3"]
+    assert calls[2] in before and before[calls[2]] == "validated"
+
+
+def test_resume_finishes_without_duplicating_anything(resumed_run):
+    run_dir, calls, _ = resumed_run
+    store = RunStore.open(run_dir)
+    cands = store.candidates()
+    assert len(cands) == 1 + 2 * 4
+    assert len({c.id for c in cands}) == len(cands)
+    # Every program trained exactly once (the killed call never started training).
+    completed = calls[:2] + calls[3:]
+    assert Counter(completed).most_common(1)[0][1] == 1
+    trained = {c.id for c in cands if c.status in ("evaluated", "crashed") and not c.duplicate_of}
+    assert set(completed) == trained
+    # One design prompt per module per iteration: nothing was generated twice.
+    for j in (1, 2):
+        assert [p["module"] for p in store.prompts(j)] == ["reward", "network"]
+    assert [s.iteration for s in store.iterations()] == [0, 1, 2]
+    assert store.meta("status") == "finished"
+
+
+def test_statuses_and_errors(resumed_run):
+    store = RunStore.open(resumed_run[0])
+    by_id = {c.id: c for c in store.candidates()}
+    for j in (1, 2):
+        assert by_id[f"j{j}-c1"].status == "rejected"
+        assert by_id[f"j{j}-c1"].validation["stage"] == "parse"
+        assert by_id[f"j{j}-c3"].status == "rejected"
+        assert by_id[f"j{j}-c3"].validation["stage"] == "static"
+        assert "'os'" in by_id[f"j{j}-c3"].error
+        for c in (by_id[f"j{j}-c1"], by_id[f"j{j}-c3"]):
+            assert c.score == -100.0  # loop.failure_pa
+    assert by_id["j1-c0"].status == "evaluated"
+    stats = by_id["j1-c0"].reward_term_stats
+    assert set(stats) == {"concentration", "pa", "terminal", "total", "history"}
+    assert [h["updates"] for h in stats["history"]] == [2, 4]  # per jitted chunk
+
+
+def test_errors_and_reflection_are_fed_back(resumed_run):
+    store = RunStore.open(resumed_run[0])
+    for prompt in store.prompts(2):
+        text = prompt["prompt"]
+        assert "j1-c3 (network): rejected at the static stage" in text
+        assert "import of 'os' is not allowed" in text
+        assert "j1-c1 (reward): rejected at the parse stage" in text
+        assert "reward terms, mean per episode" in text and "concentration:" in text
+        assert "### Candidate j0-default | PA" in text  # the reference as an example
+    first = store.prompts(1)[0]["prompt"]
+    assert "## Feedback" in first and "j0-default (default): PA" in first
+
+
+def test_best_candidate_is_reported_and_checkpointed(resumed_run):
+    run_dir = resumed_run[0]
+    store = RunStore.open(run_dir)
+    evaluated = [c for c in store.candidates() if c.status == "evaluated"]
+    best = max(evaluated, key=lambda c: c.score)
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["best"]["id"] == best.id
+    assert set(report["test"]) == {f"SE-RL {best.id}", "PPO default", "TWAP", "VWAP", "AC"}
+    meta = json.loads((run_dir / "candidates" / best.id / "checkpoint" / "policy.json").read_text())
+    assert (meta["reward_code"], meta["network_code"]) == (best.reward_code, best.network_code)
+    assert f"SE-RL {best.id}" in (run_dir / "results.txt").read_text()
+    md = (run_dir / "report.md").read_text()
+    assert best.id in md and "```python" in md
+    assert (run_dir / "loop_progress.png").stat().st_size > 1000
+    pas = [s.pa for s in store.iterations()]
+    assert pas[0] == store.candidates(0)[0].score
+
+
+def test_resume_refuses_new_options(resumed_run, capsys):
+    assert train.main(["--resume", str(resumed_run[0]), "--iterations", "5"]) == 2
+    assert "drop the other options" in capsys.readouterr().err
+    assert train.main(["--resume", str(resumed_run[0].parent / "nope")]) == 2
+    assert "not an SE-RL run folder" in capsys.readouterr().err
