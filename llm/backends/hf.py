@@ -1,0 +1,374 @@
+"""A local transformers causal LM as a backend (the ``hf:<path or name>`` spec).
+
+Loads ``AutoTokenizer`` and ``AutoModelForCausalLM`` from a local folder or from the local
+Hugging Face cache; nothing is downloaded unless ``local_files_only=False``::
+
+    backend = HFBackend("/models/Qwen2.5-Coder-1.5B-Instruct", device="cuda", dtype="bfloat16")
+    prompt = "Write a reward function ..."
+    [[c0, c1]] = backend.generate([prompt], n=2)
+
+    # for policy-gradient training of the generator (REINFORCE on log p(code | prompt)):
+    [[s0, s1]] = backend.generate_with_logprobs([prompt], n=2)
+    loss = -(advantage * backend.sequence_logprob(prompt, s0.token_ids))
+    loss.backward()
+
+Behaviour:
+
+- Prompt formatting (:meth:`HFBackend.format_prompt`): when the tokenizer has a chat
+  template, each prompt becomes one user message (after the ``system_prompt``, if any) and
+  the template is applied with the generation prompt; otherwise the prompt is used as is
+  (after ``system_prompt`` and a blank line) and the tokenizer adds its usual special
+  tokens (e.g. BOS).
+- Sampling (``temperature > 0``) draws from the softmax of the model's logits divided by
+  ``temperature``, with no top-k/top-p/min-p/typical-p truncation and no repetition penalty
+  (such settings in the checkpoint's ``generation_config.json`` are switched off), so that
+  the samples come from the policy whose log-probabilities are reported. ``temperature == 0``
+  decodes greedily once per prompt and repeats the result ``n`` times.
+- Determinism: each sampling call seeds torch from ``seed`` and the number of earlier calls,
+  inside :func:`torch.random.fork_rng`, so the k-th call of a backend built with the same
+  ``seed`` (same weights, prompts, device and library versions) returns the same samples,
+  and the global torch RNG state is left as it was.
+- Completions end at the first end-of-sequence token (the tokenizer's EOS and those of the
+  model's generation config) or after ``max_new_tokens`` tokens. Texts are decoded from the
+  new tokens only, without special tokens.
+- Batching: all prompts of a call go through ``model.generate`` together, left-padded; the
+  tokenizer's ``padding_side`` is set to ``"left"`` and a missing pad token is set to EOS.
+
+The model is put in eval mode (no dropout) when loaded; code that switches it to train
+mode should switch it back before sampling. torch and transformers are imported by this
+module only; ``import llm.backends`` does not import them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from llm.backends.base import Backend, BackendError
+
+__all__ = ["Completion", "HFBackend"]
+
+#: Overrides that make sampling draw from the plain (tempered) model distribution.
+_PLAIN_SAMPLING = {"top_k": 0, "top_p": 1.0, "min_p": None, "typical_p": 1.0}
+
+
+def _one_line(text: object, limit: int = 200) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _looks_like_path(path_or_name: str) -> bool:
+    """True for a filesystem path rather than a Hub id (``name`` or ``org/name``)."""
+    return path_or_name.startswith(("/", ".", "~")) or path_or_name.count("/") > 1
+
+
+def _torch_dtype(dtype: str | None) -> str | torch.dtype:
+    """``None`` -> ``"auto"`` (the checkpoint's dtype); a torch floating dtype name -> it."""
+    if dtype is None or dtype == "auto":
+        return "auto"
+    resolved = getattr(torch, str(dtype), None)
+    if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+        raise BackendError(
+            f"hf backend: unknown dtype {dtype!r} (use 'auto', 'float32', 'bfloat16' or 'float16')"
+        )
+    return resolved
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion with its tokens and their log-probabilities.
+
+    Attributes:
+        text: the decoded new tokens, special tokens skipped.
+        token_ids: the new token ids, up to and including the first end-of-sequence token
+            (which is kept: its probability is the model's decision to stop); no padding.
+        token_logprobs: ``log p(token_ids[i] | prompt, token_ids[:i])`` in nats under the
+            model's untempered (temperature-1) softmax, one float per token, whatever the
+            sampling temperature was.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    token_logprobs: tuple[float, ...]
+
+    @property
+    def logprob(self) -> float:
+        """``sum(token_logprobs)``: log p(completion | prompt) in nats."""
+        return float(sum(self.token_logprobs))
+
+
+class HFBackend(Backend):
+    """Completions from a local transformers causal language model.
+
+    Args:
+        path_or_name: a model folder (``config.json``, weights and tokenizer files, as
+            written by ``save_pretrained``) or a Hub id (``org/name``) already in the local
+            Hugging Face cache.
+        device: torch device for the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...).
+        dtype: parameter dtype: ``None`` or ``"auto"`` (the checkpoint's dtype),
+            ``"float32"``, ``"bfloat16"``, ``"float16"``.
+        local_files_only: never download (the default); ``False`` lets transformers fetch
+            a Hub id that is not cached.
+        trust_remote_code: allow model/tokenizer code shipped with the checkpoint.
+        seed: seed of the sampling calls (see the module docstring).
+        system_prompt: an optional system message put before each prompt.
+
+    Attributes:
+        model: the ``PreTrainedModel`` (on ``device``, eval mode); may be replaced by a
+            wrapper with the same interface (e.g. a peft LoRA model).
+        tokenizer: the tokenizer (left padding; pad token set).
+        device: the ``torch.device`` of the model.
+        uses_chat_template: whether prompts are formatted with the tokenizer's chat template.
+
+    Raises:
+        BackendError: the folder or cached model is missing or cannot be loaded, an unknown
+            or unavailable ``device`` (or the model does not fit on it), an unknown
+            ``dtype``, or a tokenizer with neither a pad nor an EOS token.
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        path_or_name: str,
+        *,
+        device: str = "cpu",
+        dtype: str | None = None,
+        local_files_only: bool = True,
+        trust_remote_code: bool = False,
+        seed: int = 0,
+        system_prompt: str | None = None,
+    ) -> None:
+        path_or_name = str(path_or_name).strip()
+        local = Path(path_or_name).expanduser()
+        if local.exists():
+            source = str(local)
+        elif _looks_like_path(path_or_name):
+            raise BackendError(f"hf backend: no model folder at {path_or_name}")
+        else:
+            source = path_or_name
+        try:
+            self.device = torch.device(device)
+        except RuntimeError as e:
+            raise BackendError(f"hf backend: bad device {device!r} ({_one_line(e)})") from None
+        torch_dtype = _torch_dtype(dtype)
+        options = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **options)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
+        except (OSError, ValueError) as e:
+            where = "model folder" if local.exists() else "model"
+            cache = "" if local.exists() or not local_files_only else " (local cache only)"
+            raise BackendError(
+                f"hf backend: cannot load {where} {path_or_name}{cache}: {_one_line(e)}"
+            ) from None
+        if tokenizer.pad_token is None:
+            if tokenizer.eos_token is None:
+                raise BackendError(
+                    f"hf backend: the tokenizer of {path_or_name} has no pad and no EOS token"
+                )
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+        try:
+            model = model.to(self.device)
+        except (RuntimeError, AssertionError) as e:  # no such device, out of memory
+            raise BackendError(
+                f"hf backend: cannot put {path_or_name} on {self.device}: {_one_line(e)}"
+            ) from None
+        self.path_or_name = path_or_name
+        self.tokenizer = tokenizer
+        self.model = model.eval()
+        self.uses_chat_template = bool(getattr(tokenizer, "chat_template", None))
+        self.system_prompt = system_prompt
+        eos = model.generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        if tokenizer.eos_token_id is not None:
+            eos.append(tokenizer.eos_token_id)
+        #: The token ids that end a completion.
+        self.eos_token_ids: frozenset[int] = frozenset(eos)
+        self._call_seeds = random.Random(seed)
+
+    # ------------------------------------------------------------------ prompt formatting
+
+    def format_prompt(self, prompt: str) -> str:
+        """The text the model is conditioned on for ``prompt``.
+
+        Args:
+            prompt: the user message.
+
+        Returns:
+            With a chat template: the template applied to ``[system?, user]`` messages with
+            the generation prompt (assistant header) appended. Without: ``prompt``, after
+            ``system_prompt + "\\n\\n"`` when there is a system prompt.
+        """
+        if not self.uses_chat_template:
+            return f"{self.system_prompt}\n\n{prompt}" if self.system_prompt else prompt
+        messages = [{"role": "user", "content": prompt}]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def prompt_token_ids(self, prompt: str) -> list[int]:
+        """Token ids of :meth:`format_prompt` ``(prompt)``, as generation sees them.
+
+        Without a chat template the tokenizer's special tokens (e.g. BOS) are added; with
+        one they are not (templates write their own).
+        """
+        return self.tokenizer(
+            self.format_prompt(prompt), add_special_tokens=not self.uses_chat_template
+        )["input_ids"]
+
+    def completion_token_ids(self, completion: str) -> list[int]:
+        """Token ids of a completion text, without special tokens.
+
+        A decoded completion need not re-tokenize to the ids that were sampled (tokenizers
+        are not always invertible, and the EOS token is not part of the text); pass
+        :attr:`Completion.token_ids` to :meth:`sequence_logprob` for the exact sample.
+        """
+        return self.tokenizer(completion, add_special_tokens=False)["input_ids"]
+
+    # ------------------------------------------------------------------ generation
+
+    def _finish(self, ids: list[int]) -> list[int]:
+        """``ids`` up to and including the first end-of-sequence token."""
+        for i, token in enumerate(ids):
+            if token in self.eos_token_ids:
+                return ids[: i + 1]
+        return ids
+
+    def _sample(
+        self, prompts: list[str], n: int, temperature: float, max_new_tokens: int
+    ) -> list[list[Completion]]:
+        """Runs ``model.generate`` on all prompts at once; see :meth:`generate_with_logprobs`."""
+        batch = self.tokenizer(
+            [self.format_prompt(p) for p in prompts],
+            add_special_tokens=not self.uses_chat_template,
+            padding=True,
+            return_tensors="pt",
+        ).to(self.device)
+        greedy = temperature == 0
+        mode = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
+        copies = 1 if greedy else n
+        devices = []
+        if self.device.type == "cuda":
+            index = self.device.index
+            devices = [index if index is not None else torch.cuda.current_device()]
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            torch.manual_seed(self._call_seeds.getrandbits(63))
+            out = self.model.generate(
+                **batch,
+                **mode,
+                **({} if greedy else _PLAIN_SAMPLING),
+                repetition_penalty=1.0,
+                num_return_sequences=copies,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=sorted(self.eos_token_ids),
+                pad_token_id=self.tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+        new = out.sequences[:, batch["input_ids"].shape[1] :]  # (len(prompts) * copies, T)
+        # log p of each new token under the raw logits, one step at a time: (rows, T) float32
+        logprobs = torch.stack(
+            [
+                torch.log_softmax(step.float(), dim=-1).gather(1, new[:, t : t + 1])[:, 0]
+                for t, step in enumerate(out.logits)
+            ],
+            dim=1,
+        )
+        rows = []
+        for ids, lps in zip(new.tolist(), logprobs.tolist(), strict=True):
+            ids = self._finish(ids)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            rows.append(Completion(text, tuple(ids), tuple(lps[: len(ids)])))
+        return [rows[i * copies : (i + 1) * copies] * (n // copies) for i in range(len(prompts))]
+
+    def generate_with_logprobs(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        temperature: float = 0.8,
+        max_new_tokens: int = 1024,
+    ) -> list[list[Completion]]:
+        """Like :meth:`generate`, with the sampled token ids and their log-probabilities.
+
+        Args:
+            prompts: the prompts (user messages); a single string is refused.
+            n: completions per prompt (>= 1).
+            temperature: sampling temperature (>= 0; 0 is greedy and repeats one result).
+            max_new_tokens: the most new tokens per completion (>= 1).
+
+        Returns:
+            ``len(prompts)`` lists of ``n`` :class:`Completion`, in prompt order; the
+            log-probabilities are under the untempered model (temperature 1), float32
+            arithmetic, in nats.
+
+        Raises:
+            TypeError: ``prompts`` is a string or holds a non-string.
+            ValueError: ``n``, ``temperature`` or ``max_new_tokens`` out of range.
+
+        The call keeps ``max_new_tokens x len(prompts) * n x vocab`` raw logits (model
+        dtype) on the device until it returns.
+        """
+        if isinstance(prompts, str | bytes):
+            raise TypeError("prompts must be a sequence of strings, not a single string")
+        prompts = list(prompts)
+        for p in prompts:
+            if not isinstance(p, str):
+                raise TypeError(f"prompts must be strings, got {type(p).__name__}")
+        if int(n) != n or n < 1:
+            raise ValueError(f"n must be a positive integer, got {n!r}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if not prompts:
+            return []
+        return self._sample(prompts, int(n), float(temperature), int(max_new_tokens))
+
+    def _generate(
+        self, prompts: list[str], n: int, temperature: float, max_new_tokens: int
+    ) -> list[list[str]]:
+        return [
+            [c.text for c in row] for row in self._sample(prompts, n, temperature, max_new_tokens)
+        ]
+
+    # ------------------------------------------------------------------ training
+
+    def sequence_logprob(self, prompt: str, completion: str | Sequence[int]) -> torch.Tensor:
+        """``log p(completion | prompt)`` under the model, differentiable w.r.t. its parameters.
+
+        One forward pass over ``prompt_token_ids(prompt) + completion ids`` (the same
+        formatting as generation) in the model's current mode, with gradients.
+
+        Args:
+            prompt: the user message, as passed to :meth:`generate`.
+            completion: a completion text (tokenized with :meth:`completion_token_ids`) or
+                the exact token ids, e.g. :attr:`Completion.token_ids`.
+
+        Returns:
+            A scalar float32 tensor on the model's device: the sum over the completion's
+            tokens of their log-probabilities (nats, temperature-1 softmax).
+
+        Raises:
+            ValueError: the completion has no tokens.
+        """
+        ids = (
+            self.completion_token_ids(completion)
+            if isinstance(completion, str)
+            else [int(t) for t in completion]
+        )
+        if not ids:
+            raise ValueError("sequence_logprob needs a completion with at least one token")
+        context = self.prompt_token_ids(prompt)
+        tokens = torch.tensor([context + ids], device=self.device)  # (1, P + C)
+        logits = self.model(input_ids=tokens).logits[0, len(context) - 1 : -1]  # (C, vocab)
+        targets = tokens[0, len(context) :, None]  # (C, 1)
+        return torch.log_softmax(logits.float(), dim=-1).gather(1, targets).sum()

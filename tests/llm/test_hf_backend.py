@@ -1,0 +1,233 @@
+"""The hf backend (llm/backends/hf.py) on a tiny random Llama built in a temporary folder.
+
+Nothing is downloaded: the tokenizer is a character-level WordLevel tokenizer over a small
+alphabet (so texts re-tokenize to the same ids), the model a 2-layer Llama with hidden size
+32. Two folders share the weights: ``plain`` (no chat template, a separate pad token) and
+``chat`` (a chat template, no pad token, so the backend pads with EOS).
+"""
+
+from __future__ import annotations
+
+import shutil
+import string
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+
+from llm.backends import BackendError, make_backend  # noqa: E402
+from llm.backends.hf import Completion, HFBackend  # noqa: E402
+
+SPECIAL = ["<s>", "</s>", "<pad>", "<unk>"]
+BOS, EOS, PAD = 0, 1, 2
+# A small alphabet keeps P(EOS) per step near 1/45, so sampled completions do end early.
+CHARS = sorted(set(string.ascii_lowercase + " \n<|>:.,_()="))
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+PROMPTS = ["def reward(x):", "a longer prompt, so the batch is left padded"]
+
+
+def _tokenizer(pad: bool) -> PreTrainedTokenizerFast:
+    vocab = {t: i for i, t in enumerate(SPECIAL + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", BOS)]
+    )
+    tok.add_special_tokens(SPECIAL)
+    tokens = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, **tokens, **({"pad_token": "<pad>"} if pad else {})
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """Runs torch on one thread: the model is tiny, and intra-op threads on a busy machine
+    make each step orders of magnitude slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory):
+    """``{"plain": folder, "chat": folder}`` holding the same tiny model."""
+    root = tmp_path_factory.mktemp("hf")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(SPECIAL) + len(CHARS),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
+    LlamaForCausalLM(config).save_pretrained(root / "plain")
+    _tokenizer(pad=True).save_pretrained(root / "plain")
+    shutil.copytree(root / "plain", root / "chat")
+    chat = _tokenizer(pad=False)
+    chat.chat_template = CHAT_TEMPLATE
+    chat.save_pretrained(root / "chat")
+    return {"plain": root / "plain", "chat": root / "chat"}
+
+
+@pytest.fixture(scope="session")
+def plain(model_dirs):
+    return make_backend(f"hf:{model_dirs['plain']}")
+
+
+@pytest.fixture(scope="session")
+def chat(model_dirs):
+    return HFBackend(str(model_dirs["chat"]), system_prompt="be brief")
+
+
+def recomputed_logprobs(backend: HFBackend, prompt: str, ids) -> torch.Tensor:
+    """log p(ids[i] | prompt, ids[:i]) from one plain forward pass, shape (len(ids),)."""
+    context = backend.prompt_token_ids(prompt)
+    tokens = torch.tensor([context + list(ids)])
+    with torch.no_grad():
+        logits = backend.model(input_ids=tokens).logits[0]
+    logp = torch.log_softmax(logits.float(), dim=-1)[len(context) - 1 : -1]
+    return logp.gather(1, torch.tensor(ids)[:, None])[:, 0]
+
+
+def test_make_backend_shapes_and_seeding(model_dirs, plain):
+    assert isinstance(plain, HFBackend) and plain.name == "hf"
+    out = plain.generate(PROMPTS, n=3, temperature=1.0, max_new_tokens=8)
+    assert len(out) == 2 and all(
+        len(row) == 3 and all(isinstance(c, str) for c in row) for row in out
+    )
+    rng = torch.get_rng_state()
+    first = HFBackend(str(model_dirs["plain"]), seed=5).generate(PROMPTS, n=3, max_new_tokens=12)
+    again = HFBackend(str(model_dirs["plain"]), seed=5)
+    assert torch.equal(torch.get_rng_state(), rng)  # the global RNG is left alone
+    assert again.generate(PROMPTS, n=3, max_new_tokens=12) == first
+    assert again.generate(PROMPTS, n=3, max_new_tokens=12) != first  # the next call differs
+    other = HFBackend(str(model_dirs["plain"]), seed=6).generate(PROMPTS, n=3, max_new_tokens=12)
+    assert other != first
+
+
+def test_greedy_is_deterministic_argmax(model_dirs, plain):
+    [row] = plain.generate_with_logprobs(PROMPTS[:1], n=3, temperature=0, max_new_tokens=6)
+    assert row[0] == row[1] == row[2]
+    other = HFBackend(str(model_dirs["plain"]), seed=99)
+    assert other.generate(PROMPTS[:1], n=2, temperature=0, max_new_tokens=6) == [[row[0].text] * 2]
+    tokens = torch.tensor([plain.prompt_token_ids(PROMPTS[0])])
+    with torch.no_grad():
+        assert int(plain.model(input_ids=tokens).logits[0, -1].argmax()) == row[0].token_ids[0]
+
+
+def test_prompt_formatting(plain, chat):
+    assert not plain.uses_chat_template and plain.format_prompt("hi") == "hi"
+    assert plain.prompt_token_ids("hi")[0] == BOS  # the tokenizer's special tokens are added
+    assert chat.uses_chat_template
+    assert chat.format_prompt("hi") == "<s><|system|>be brief\n<|user|>hi\n<|assistant|>"
+    ids = chat.prompt_token_ids("hi")
+    assert ids[0] == BOS and ids.count(BOS) == 1  # the template's BOS only
+    assert chat.tokenizer.pad_token_id == EOS and chat.tokenizer.padding_side == "left"
+
+
+@pytest.mark.parametrize("variant", ["plain", "chat"])
+def test_logprobs_match_a_forward_pass(variant, request):
+    backend = request.getfixturevalue(variant)
+    max_new = 40
+    rows = backend.generate_with_logprobs(PROMPTS, n=4, temperature=1.0, max_new_tokens=max_new)
+    assert [len(r) for r in rows] == [4, 4]
+    ended = 0
+    for prompt, row in zip(PROMPTS, rows, strict=True):
+        for c in row:
+            assert isinstance(c, Completion) and len(c.token_ids) == len(c.token_logprobs) >= 1
+            assert EOS not in c.token_ids[:-1]  # cut at the first EOS, padding dropped
+            if len(c.token_ids) < max_new:
+                assert c.token_ids[-1] == EOS
+            ended += c.token_ids[-1] == EOS
+            assert c.text == backend.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+            expected = recomputed_logprobs(backend, prompt, c.token_ids)
+            torch.testing.assert_close(torch.tensor(c.token_logprobs), expected, atol=1e-4, rtol=0)
+    assert ended > 0  # the EOS path is exercised
+
+
+def test_sequence_logprob_is_differentiable(plain):
+    [[c]] = plain.generate_with_logprobs(PROMPTS[:1], n=1, temperature=1.0, max_new_tokens=10)
+    plain.model.zero_grad()
+    value = plain.sequence_logprob(PROMPTS[0], c.token_ids)
+    assert value.shape == () and value.dtype == torch.float32 and value.requires_grad
+    assert value.item() == pytest.approx(c.logprob, abs=1e-4)
+    value.backward()
+    grads = [p.grad for p in plain.model.parameters() if p.grad is not None]
+    assert grads and any(float(g.abs().sum()) > 0 for g in grads)
+    plain.model.zero_grad()
+    # a text completion: the character tokenizer maps it to one id per character
+    text = "def f(x):"
+    assert plain.completion_token_ids(text) == [
+        plain.tokenizer.convert_tokens_to_ids(ch) for ch in text
+    ]
+    expected = recomputed_logprobs(plain, PROMPTS[0], plain.completion_token_ids(text)).sum()
+    assert plain.sequence_logprob(PROMPTS[0], text).item() == pytest.approx(
+        expected.item(), abs=1e-4
+    )
+    with pytest.raises(ValueError):
+        plain.sequence_logprob(PROMPTS[0], "")
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_a_lora_wrapped_model_gets_gradients(model_dirs):
+    peft = pytest.importorskip("peft")
+    backend = HFBackend(str(model_dirs["plain"]))  # get_peft_model edits the model in place
+    lora = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
+    backend.model = peft.get_peft_model(backend.model, lora)
+    [[c]] = backend.generate_with_logprobs(PROMPTS[:1], temperature=1.0, max_new_tokens=6)
+    value = backend.sequence_logprob(PROMPTS[0], c.token_ids)
+    assert value.item() == pytest.approx(c.logprob, abs=1e-4)
+    value.backward()
+    grads = [p.grad for name, p in backend.model.named_parameters() if "lora_B" in name]
+    assert grads and all(float(g.abs().sum()) > 0 for g in grads)  # B starts at 0, A's grad is 0
+
+
+def test_argument_checks(plain):
+    with pytest.raises(TypeError):
+        plain.generate_with_logprobs("one prompt")
+    with pytest.raises(ValueError):
+        plain.generate_with_logprobs(PROMPTS, n=0)
+    assert plain.generate_with_logprobs([], n=2) == []
+
+
+@pytest.mark.parametrize(
+    "spec, options, needle",
+    [
+        ("hf:/no/such/model/folder", {}, "/no/such/model/folder"),
+        ("hf:no-such-org/no-such-model", {}, "no-such-org/no-such-model"),
+        ("hf:{plain}", {"dtype": "int8"}, "int8"),
+        ("hf:{plain}", {"temperature": 1.0}, "temperature"),
+        ("hf:{plain}", {"device": "nosuchdevice"}, "nosuchdevice"),
+    ],
+)
+def test_errors_are_one_line(model_dirs, spec, options, needle):
+    with pytest.raises(BackendError) as info:
+        make_backend(spec.format(plain=model_dirs["plain"]), **options)
+    message = str(info.value)
+    assert "\n" not in message and needle in message
+
+
+def test_importing_backends_does_not_import_torch():
+    code = (
+        "import sys, llm.backends; "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
