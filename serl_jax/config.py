@@ -127,6 +127,8 @@ class LoopConfig:
             iterations (0: never).
         workers: candidates trained at once in separate processes (1: in this process).
         validation_workers: stage-2 sandbox validations run at once.
+        compilation_cache: keep compiled XLA programs in ``<run>/xla_cache`` (JAX's
+            persistent cache), reused by a resumed run.
     """
 
     def __post_init__(self):
@@ -156,6 +158,7 @@ class LoopConfig:
     refine_every: int = 2
     workers: int = 1
     validation_workers: int = 2
+    compilation_cache: bool = True
 
 
 ENV_FIELDS = {f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"}

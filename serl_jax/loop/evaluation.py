@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -238,10 +239,31 @@ def _term_stats(per_step: dict[str, np.ndarray], episode: dict[str, np.ndarray])
     return out
 
 
+@contextmanager
+def compilation_cache(directory: str | Path | None) -> Iterator[None]:
+    """Uses JAX's persistent compilation cache in ``directory`` while active (restoring
+    the previous setting after), so a resumed run or a repeated program reloads compiled
+    XLA executables instead of compiling again. ``None``: no change."""
+    if directory is None:
+        yield
+        return
+    previous = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous)
+
+
+def _init_worker(cache_dir: str | None) -> None:
+    if cache_dir is not None:
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+
+
 class ProgramEvaluator:
     """Runs :func:`evaluate_program` on a batch of programs, in this process
     (``workers=1``) or in a pool of spawned worker processes, so several candidates are in
-    flight at once.
+    flight at once; compiled programs go to a persistent cache when ``cache_dir`` is set.
 
     :meth:`evaluate` yields each result as soon as it is ready (in-process: lazily, one
     program at a time), so the caller can record it before the next one finishes and a
@@ -249,10 +271,18 @@ class ProgramEvaluator:
     market and JAX's in-memory caches between programs. Use as a context manager.
     """
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, cache_dir: str | Path | None = None):
         self.workers = int(workers)
+        self._cache = compilation_cache(cache_dir)
+        self._cache.__enter__()
+        cache = None if cache_dir is None else str(cache_dir)
         self._pool = (
-            ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+            ProcessPoolExecutor(
+                self.workers,
+                mp_context=get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(cache,),
+            )
             if self.workers > 1
             else None
         )
@@ -271,6 +301,7 @@ class ProgramEvaluator:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
+        self._cache.__exit__(None, None, None)
 
     def __enter__(self) -> ProgramEvaluator:
         return self

@@ -374,7 +374,8 @@ class SERLLoop:
         t_start = time.perf_counter()
         elapsed_before = float(self._meta("elapsed_seconds", 0.0))
         reason = "max_iterations"
-        with ProgramEvaluator(self.loop.workers) as evaluator:
+        cache = self.store.root / "xla_cache" if self.loop.compilation_cache else None
+        with ProgramEvaluator(self.loop.workers, cache) as evaluator:
             for j in range(0, self.loop.iterations + 1):
                 if j in finished:
                     if finished[j].converged:

@@ -7,7 +7,8 @@ crashed`` and only the unfinished steps are redone. Layout of a run folder::
 
     <run>/run.sqlite          records (tables below)
     <run>/config.yaml         the configuration (also in the ``meta`` table)
-    <run>/candidates/<id>/    code.py, curves.npz, policy checkpoint (evaluated ones)
+    <run>/candidates/<id>/    checkpoint/ (policy + both codes), curves.npz (evaluated)
+    <run>/xla_cache/          JAX's persistent compilation cache (``loop.compilation_cache``)
     <run>/report.md, report.json, results.txt   written when the run finishes
 
 Tables: ``meta(key, value)``; ``prompts(id, iteration, module, purpose, prompt,
