@@ -1,0 +1,103 @@
+"""The curated program library of the offline designer (:mod:`llm.backends.offline`).
+
+Hand-written reward and network programs for the execution task, kept as source text:
+the designer samples them, perturbs their constants and recombines their reward terms,
+and never executes them itself (they run only after :func:`llm.validate.validate`, like
+any model-written candidate).
+
+- :data:`llm.designs.rewards.REWARDS`: reward programs in the dict-of-terms form
+  (:mod:`serl_jax.components.reward`), units bps times ``params.reward_scale``.
+- :data:`llm.designs.rewards.REWARD_TERMS`: the term pool the designer adds to rewards.
+- :data:`llm.designs.networks.NETWORKS`: actor-critic ``Network`` modules.
+
+Conventions the designer's mutations rely on (documented so new programs follow them):
+
+- Tunable constants are module-level ``UPPER_CASE = <number>`` assignments (rewards) or
+  numeric field defaults of ``class Network`` (networks: widths are ints, depths are int
+  fields whose name contains ``depth``, ``layers`` or ``blocks``).
+- A reward returns one dict literal at the end of ``reward`` (the terms); helper
+  variables of a pool term are prefixed with the term's name.
+- The program starts with a comment ``# <name>: <what it does>`` (may wrap onto more
+  comment lines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Design", "RewardTerm", "library", "reward_terms"]
+
+
+@dataclass(frozen=True)
+class Design:
+    """One library program.
+
+    Attributes:
+        name: short identifier (``pa_penalty``).
+        kind: the slot, ``"reward"`` or ``"network"`` (the validator's ``kind``).
+        code: the program's source (it starts with the comment ``# <name>: <summary>``).
+    """
+
+    name: str
+    kind: str
+    code: str
+
+    @property
+    def summary(self) -> str:
+        """The program's description: its leading comment lines joined, without the name."""
+        lines = []
+        for line in self.code.split("\n"):
+            if not line.startswith("#"):
+                break
+            lines.append(line.lstrip("# ").strip())
+        return " ".join(lines).split(": ", 1)[-1]
+
+
+@dataclass(frozen=True)
+class RewardTerm:
+    """A reward term the designer can add to a dict-form reward.
+
+    Attributes:
+        key: the term's name in the returned dict.
+        summary: what it does, one line.
+        constants: ``(NAME, literal, comment)`` module-level constants it uses (added when
+            the program does not define them yet).
+        statements: helper assignments, one per line, unindented; their targets start with
+            ``key`` so they do not collide with the program's own names.
+        value: the term's expression (float32 scalar, bps times ``params.reward_scale``).
+
+    The code may use ``prev_state``, ``action``, ``next_state``, ``params`` and ``jnp``.
+    """
+
+    key: str
+    summary: str
+    constants: tuple[tuple[str, str, str], ...]
+    statements: tuple[str, ...]
+    value: str
+
+
+def library(kind: str) -> tuple[Design, ...]:
+    """The library programs for a slot.
+
+    Args:
+        kind: ``"reward"`` or ``"network"``.
+
+    Raises:
+        ValueError: unknown kind.
+    """
+    if kind == "reward":
+        from llm.designs.rewards import REWARDS
+
+        return REWARDS
+    if kind == "network":
+        from llm.designs.networks import NETWORKS
+
+        return NETWORKS
+    raise ValueError(f"no design library for kind {kind!r}; use 'reward' or 'network'")
+
+
+def reward_terms() -> tuple[RewardTerm, ...]:
+    """The pool of terms the designer adds to dict-form rewards."""
+    from llm.designs.rewards import REWARD_TERMS
+
+    return REWARD_TERMS

@@ -1,0 +1,385 @@
+"""The offline designer (llm/backends/offline.py) and its program library (llm/designs).
+
+Every library program goes through the full two-stage validation once per session (each
+runtime stage starts a child process, ~3-6 s; two run at a time in :func:`library_results`);
+sampled and mutated completions are checked with the static stage, and a few mutated
+networks are loaded and run here.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from llm.backends import BackendError, make_backend
+from llm.backends.offline import OfflineDesigner, parse_candidates
+from llm.designs import library, reward_terms
+from llm.parsing import extract_code
+from llm.validate import Limits, check_static, load_validated, validate
+from serl_jax.envs import EnvParams, ExecutionEnv
+
+PROGRAMS = Path(__file__).parent / "programs"
+TEST_LIMITS = Limits(wall_time_s=60.0, cpu_time_s=20)
+LIBRARY = [(d.kind, d) for kind in ("reward", "network") for d in library(kind)]
+MODULE = {"reward": "LLM4Reward", "network": "LLM4Agent"}
+DESCRIPTION = re.compile(r"^(Mutated|Library|Kept) ")
+
+
+def design_prompt(kind: str, candidates=(), default: str = "") -> str:
+    """A prompt in the builder's layout: module line, default block, candidates."""
+    parts = ["You design components for optimal execution.", f"MODULE: {MODULE[kind]}"]
+    if default:
+        parts.append(f"Current default implementation:\n```python\n{default}```")
+    if candidates:
+        parts.append("## Past candidates (ascending PA, best last)")
+        for cid, pa, code in candidates:
+            parts.append(
+                f"### Candidate {cid} | PA {pa:.2f} bps | WR 0.40 | AFI 0.000\n"
+                f"Instruction: improve it\n```python\n{code}```"
+            )
+    parts.append("## Instructions\nImprove on the best candidates.")
+    return "\n\n".join(parts) + "\n"
+
+
+def code_of(completion: str) -> str:
+    return extract_code(completion)
+
+
+def module_constants(code: str) -> dict[str, float]:
+    out = {}
+    for stmt in ast.parse(code).body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
+            if isinstance(stmt.value, ast.Constant):
+                out[stmt.targets[0].id] = stmt.value.value
+    return out
+
+
+def reward_keys(code: str) -> list[str]:
+    func = [n for n in ast.parse(code).body if getattr(n, "name", "") == "reward"][-1]
+    ret = [n for n in ast.walk(func) if isinstance(n, ast.Return)][-1]
+    assert isinstance(ret.value, ast.Dict)
+    return [k.value for k in ret.value.keys]
+
+
+@pytest.fixture(scope="session")
+def library_results():
+    """Full validation (static + sandboxed runtime) of every library program, 2 at a time."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            (kind, d.name): pool.submit(validate, d.code, kind, limits=TEST_LIMITS)
+            for kind, d in LIBRARY
+        }
+        return {key: f.result() for key, f in futures.items()}
+
+
+# --------------------------------------------------------------------------- the library
+
+
+def test_library_size_names_and_form():
+    rewards, networks = library("reward"), library("network")
+    assert len(rewards) >= 8 and len(networks) >= 4
+    names = [d.name for _, d in LIBRARY]
+    assert len(set(names)) == len(names)
+    for kind, d in LIBRARY:
+        assert d.kind == kind
+        assert d.code.startswith(f"# {d.name}: ") and d.summary
+        check_static(d.code, kind)
+    for d in rewards:  # dict form, so per-term statistics can be reported
+        assert len(reward_keys(d.code)) >= 2, d.name
+    for term in reward_terms():
+        assert all(s.startswith(term.key) for s in term.statements), term.key
+    with pytest.raises(ValueError, match="no design library"):
+        library("optimizer")
+
+
+@pytest.mark.parametrize("kind,design", LIBRARY, ids=[f"{k}-{d.name}" for k, d in LIBRARY])
+def test_every_library_program_validates(kind, design, library_results):
+    result = library_results[(kind, design.name)]
+    assert result.ok, f"{design.name}: {result.reason}"
+    if kind == "reward":
+        assert "terms" in result.reason, result.reason
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+def test_make_backend_builds_the_designer():
+    designer = make_backend("offline")
+    assert isinstance(designer, OfflineDesigner)
+    assert designer.name == "offline" and designer.seed == 0 and designer.explore == 0.3
+    designer = make_backend("offline", seed=7, explore=0.0)
+    assert (designer.seed, designer.explore) == (7, 0.0)
+    with pytest.raises(BackendError, match="explore"):
+        make_backend("offline", explore=1.5)
+    with pytest.raises(BackendError, match="bad options"):
+        make_backend("offline", model="gpt")
+
+
+def test_output_shapes_and_format():
+    designer = make_backend("offline", seed=1)
+    prompts = [design_prompt("reward"), design_prompt("network")]
+    out = designer.generate(prompts, n=3)
+    assert len(out) == 2 and all(len(c) == 3 for c in out)
+    for kind, completions in zip(("reward", "network"), out, strict=True):
+        for completion in completions:
+            first, rest = completion.split("\n", 1)
+            assert DESCRIPTION.match(first), first
+            assert rest.startswith("```python\n") and rest.rstrip().endswith("```")
+            check_static(code_of(completion), kind)
+    assert designer.generate([], n=2) == []
+
+
+def test_missing_module_line_is_refused():
+    with pytest.raises(BackendError, match="MODULE"):
+        make_backend("offline").generate(["Write a reward function."])
+    # the first known MODULE line wins
+    prompt = "MODULE: LLM4Agent\nMODULE: LLM4Reward\n"
+    check_static(code_of(make_backend("offline").generate([prompt])[0][0]), "network")
+
+
+def test_deterministic_given_the_seed():
+    parent = library("reward")[0].code
+    prompts = [design_prompt("reward", [("a", -5.0, parent)]), design_prompt("network")]
+
+    def run(seed):
+        designer = make_backend("offline", seed=seed)
+        return designer.generate(prompts, n=4) + designer.generate(prompts, n=2, temperature=1.5)
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_deterministic_across_processes():
+    """No hash-order dependence: the same seed gives the same text under any PYTHONHASHSEED."""
+    script = (
+        "from llm.backends import make_backend\n"
+        "import hashlib\n"
+        "d = make_backend('offline', seed=11)\n"
+        "p = ['MODULE: LLM4Reward\\n', 'MODULE: LLM4Agent\\n']\n"
+        "print(hashlib.sha256(repr(d.generate(p, n=6)).encode()).hexdigest())\n"
+    )
+    digests = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+        )
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
+
+
+def test_sampled_and_mutated_completions_pass_the_static_stage():
+    rewards = [d.code for d in library("reward")]
+    networks = [d.code for d in library("network")]
+    foreign_reward = (PROGRAMS / "ok_reward_different_penalty.txt").read_text()
+    foreign_network = (PROGRAMS / "ok_small_mlp_network.txt").read_text()
+    designer = make_backend("offline", seed=5)
+    cases = {
+        "reward": [
+            design_prompt("reward"),
+            design_prompt("reward", [("r1", -3.0, rewards[4]), ("r2", -1.0, rewards[8])]),
+            design_prompt("reward", [("r3", 2.0, foreign_reward)]),
+        ],
+        "network": [
+            design_prompt("network"),
+            design_prompt("network", [("n1", -2.0, networks[5]), ("n2", 1.0, networks[6])]),
+            design_prompt("network", [("n3", 0.5, foreign_network)]),
+        ],
+    }
+    count, changed = 0, 0
+    for kind, prompts in cases.items():
+        for temperature in (0.3, 1.0):
+            for completions in designer.generate(prompts, n=5, temperature=temperature):
+                for completion in completions:
+                    code = code_of(completion)
+                    check_static(code, kind)
+                    count += 1
+                    changed += "unchanged" not in completion.split("\n", 1)[0]
+    assert count >= 50
+    assert changed >= count - 2
+
+
+def test_chained_mutations_stay_valid():
+    """Children become parents: 40 generations of rewards keep passing the static stage
+    and never lose their last term."""
+    designer = make_backend("offline", seed=2, explore=0.2)
+    population = [("g0", 0.0, library("reward")[0].code)]
+    for generation in range(1, 41):
+        prompt = design_prompt("reward", population[-4:])
+        code = code_of(designer.generate([prompt], temperature=1.2)[0][0])
+        check_static(code, "reward")
+        assert 1 <= len(reward_keys(code)) <= 8
+        population.append((f"g{generation}", float(generation % 7), code))
+
+
+def test_parent_selection_uses_the_prompt_candidates():
+    rewards = library("reward")
+    good, bad = rewards[0].code, rewards[4].code
+    prompt = design_prompt(
+        "reward", [("j1-c0", -20.0, bad), ("j1-c1", -2.5, good)], default=rewards[8].code
+    )
+    assert [c.id for c in parse_candidates(prompt)] == ["j1-c0", "j1-c1"]
+    designer = make_backend("offline", seed=0, explore=0.0)
+    [completions] = designer.generate([prompt], n=200)
+    parents = []
+    for completion in completions:
+        m = re.match(r"^Mutated (\S+) \(PA (\S+) bps\)", completion)
+        assert m, completion.split("\n", 1)[0]
+        parents.append(m.group(1))
+        expected = {"j1-c1": "pa_penalty", "j1-c0": "schedule_tracking"}[m.group(1)]
+        assert code_of(completion).startswith(f"# {expected}:")
+    n_good = parents.count("j1-c1")
+    assert n_good + parents.count("j1-c0") == 200
+    assert 120 <= n_good <= 185  # a size-2 tournament picks the better one 3 times in 4
+
+
+def test_explore_samples_the_library():
+    prompt = design_prompt("reward", [("only", 1.0, library("reward")[0].code)])
+    [completions] = make_backend("offline", seed=0, explore=1.0).generate([prompt], n=20)
+    assert all(c.startswith("Library reward '") for c in completions)
+    names = {re.match(r"Library reward '(\w+)'", c).group(1) for c in completions}
+    assert len(names) >= 5
+
+
+def test_candidate_parsing_skips_unusable_entries():
+    good = library("reward")[0].code
+    prompt = (
+        "MODULE: LLM4Reward\n"
+        "```python\nimport os\n```\n"  # not a candidate (no header)
+        "### Candidate bad-1 | PA -1.00 bps\n```python\nimport os\n\n\ndef reward(a, b, c, d):\n"
+        "    return 0.0\n```\n"  # fails the static stage: never a parent
+        "### Candidate nan-1 | PA nan bps | WR 0.1\n```text\nstats\n```\n```python\n"
+        + good
+        + "```\n"
+        "### Candidate none-1 | PA 3.00 bps\n## Feedback\n```python\n" + good + "```\n"
+    )
+    parsed = {c.id: c for c in parse_candidates(prompt)}
+    assert set(parsed) == {"bad-1", "nan-1"}  # none-1's block is under another heading
+    assert parsed["nan-1"].pa == -np.inf and parsed["nan-1"].code == good
+    [completions] = make_backend("offline", explore=0.0).generate([prompt], n=10)
+    assert all(c.startswith("Mutated nan-1 ") for c in completions)
+
+
+def test_temperature_zero_is_greedy():
+    rewards = library("reward")
+    prompt = design_prompt("reward", [("lo", -9.0, rewards[1].code), ("hi", 4.0, rewards[2].code)])
+    [completions] = make_backend("offline", seed=4).generate([prompt], n=3, temperature=0.0)
+    assert all(code_of(c) == rewards[2].code for c in completions)
+    assert completions[0].startswith("Kept hi (PA 4.00 bps) unchanged")
+    [[completion]] = make_backend("offline").generate([design_prompt("network")], temperature=0)
+    assert code_of(completion) == library("network")[0].code
+
+
+def test_mutated_reward_differs_from_its_parent():
+    parent = library("reward")[0].code
+    prompt = design_prompt("reward", [("p0", -4.0, parent)])
+    [completions] = make_backend("offline", seed=8, explore=0.0).generate([prompt], n=20)
+    codes = [code_of(c) for c in completions]
+    assert all(code != parent for code in codes)
+    before = module_constants(parent)
+    changed_constants = [
+        code
+        for code in codes
+        if any(module_constants(code).get(k, v) != v for k, v in before.items())
+    ]
+    assert len(changed_constants) >= 5
+    # term edits happen too, and never drop the protected price-advantage term
+    keysets = {tuple(reward_keys(code)) for code in codes}
+    assert len(keysets) >= 2
+    assert all("pa" in keys for keys in keysets)
+
+
+def test_single_term_reward_keeps_its_term():
+    parent = (
+        "import jax.numpy as jnp\n\nWEIGHT = 0.2\n\n\n"
+        "def reward(prev_state, action, next_state, params):\n"
+        "    q = jnp.maximum(next_state.quantity, 1e-9)\n"
+        "    pa = params.side * (next_state.last_price / next_state.benchmark_price - 1.0)\n"
+        '    return {"shaping": WEIGHT * pa * 1e4 * next_state.last_qty / q}\n'
+    )
+    prompt = design_prompt("reward", [("one", 0.0, parent)])
+    [completions] = make_backend("offline", seed=1, explore=0.0).generate([prompt], n=20)
+    for completion in completions:
+        assert "shaping" in reward_keys(code_of(completion))
+
+
+def test_instruction_refinement_answers_with_a_text_block():
+    prompt = (
+        "Macro prompt.\n\nMODULE: InstructionRefinement\n\nPast instructions:\n\n"
+        "### Instruction 0 | PA -8.00 bps\n```text\nKeep the default reward.\n```\n"
+        "### Instruction 1 | PA -1.50 bps\n```text\nPenalize large child orders.\n```\n\n"
+        "## Current instruction\n```text\nImprove on the best candidates.\n```\n"
+        "Answer with one ```text block.\n"
+    )
+    designer = make_backend("offline", seed=0)
+    [completions] = designer.generate([prompt], n=8)
+    for completion in completions:
+        assert completion.startswith("Refined ")
+        assert "```python" not in completion
+        m = re.search(r"```text\n(.*?)\n```", completion, re.S)
+        assert m and m.group(1).strip()
+        assert "\n- " in m.group(1)  # at least one curated hint was appended
+    assert any("Penalize large child orders." in c for c in completions)
+    [[greedy]] = designer.generate([prompt], temperature=0)
+    assert greedy.startswith("Refined instruction 1 (PA -1.50 bps)")
+    assert "```text\nPenalize large child orders.\n- " in greedy
+
+
+def test_mutated_networks_keep_the_contract(make_trend_market):
+    params = EnvParams(data=make_trend_market(n_features=5), lookback=10)
+    dim = ExecutionEnv().observation_size(params)
+    assert dim == 54
+    networks = library("network")
+    prompt = design_prompt("network", [("a", -1.0, networks[0].code), ("b", 0.0, networks[5].code)])
+    [completions] = make_backend("offline", seed=6, explore=0.0).generate([prompt], n=2)
+    obs = jax.random.normal(jax.random.PRNGKey(1), (5, dim))
+    for completion in completions:
+        code = code_of(completion)
+        assert code not in (networks[0].code, networks[5].code)
+        net = load_validated(code, "network")
+        variables = jax.jit(net.init)(jax.random.PRNGKey(0), obs)
+        outputs, value = jax.jit(net.apply)(variables, obs)
+        assert outputs.shape == (5, 2) and value.shape == (5,)
+        assert outputs.dtype == jnp.float32 and value.dtype == jnp.float32
+        assert bool(jnp.all(jnp.isfinite(outputs))) and bool(jnp.all(jnp.isfinite(value)))
+        # the residual policy head starts near (0, log 0.5)
+        np.testing.assert_allclose(outputs[:, 1], np.log(0.5), atol=0.05)
+        assert float(jnp.max(jnp.abs(outputs[:, 0]))) < 0.05
+        n_params = sum(x.size for x in jax.tree.leaves(variables))
+        assert n_params < 1_000_000
+
+
+def test_network_widths_and_depths_stay_in_range():
+    prompt = design_prompt("network", [("w", 0.0, library("network")[2].code)])
+    [completions] = make_backend("offline", seed=9, explore=0.0).generate(
+        [prompt], n=30, temperature=3.0
+    )
+    for completion in completions:
+        fields = {}
+        tree = ast.parse(code_of(completion))
+        network = [n for n in tree.body if getattr(n, "name", "") == "Network"][-1]
+        for stmt in network.body:
+            if isinstance(stmt, ast.AnnAssign):
+                fields[stmt.target.id] = stmt.value.value
+        assert isinstance(fields["width"], int) and 8 <= fields["width"] <= 256
+        assert fields["width"] % 8 == 0
+        assert isinstance(fields["depth"], int) and 1 <= fields["depth"] <= 4
+
+
+def test_description_names_the_change():
+    parent = library("reward")[0].code
+    prompt = design_prompt("reward", [("j2-c3", -12.4, parent)])
+    [completions] = make_backend("offline", seed=3, explore=0.0).generate([prompt], n=10)
+    notes = [c.split("\n", 1)[0] for c in completions]
+    assert all(n.startswith("Mutated j2-c3 (PA -12.40 bps): ") for n in notes)
+    assert any(re.search(r"[A-Z_]+ [\d.e+-]+ -> [\d.e+-]+", n) for n in notes)
