@@ -1,6 +1,6 @@
 """Run configuration: YAML presets plus dotted command-line overrides.
 
-A config has seven sections. ``env`` takes exactly the fields of
+A config has eight sections. ``env`` takes exactly the fields of
 :class:`serl_jax.envs.execution.EnvParams` (but ``data``) and ``ppo`` those of
 :class:`serl_jax.rl.ppo.PPOConfig`, so there is one place where each knob is defined and
 documented. Unknown keys and values of the wrong type are rejected with a one-line
@@ -112,7 +112,9 @@ class LoopConfig:
         model: model name for the ``openai`` backend (empty: the server's default or
             ``$SERL_LLM_MODEL``).
         market: the dataset the loop designs for (``sample:<name>`` or a path).
-        iterations: J_max, the most outer iterations (seeds: 50).
+        iterations: J_max, the most outer iterations (seeds: 50; the CPU default is 3 so
+            that ``python -m serl_jax.train`` finishes in minutes; ``configs/gpu.yaml``
+            uses 50).
         min_iterations: outer iterations before the convergence test may stop the loop.
         candidates: K, candidates proposed per iteration, split round-robin over ``modules``.
         modules: the slots the designer writes (``reward``, ``network``).
@@ -144,7 +146,7 @@ class LoopConfig:
     llm: str = "offline"
     model: str = ""
     market: str = "sample:cn_1min"
-    iterations: int = 50
+    iterations: int = 3
     min_iterations: int = 2
     candidates: int = 4
     modules: tuple[str, ...] = LOOP_MODULES
@@ -161,6 +163,53 @@ class LoopConfig:
     compilation_cache: bool = True
 
 
+DEK_LEVELS = ("off", "high", "low", "both")
+
+
+@dataclasses.dataclass(frozen=True)
+class DekConfig:
+    """The Dual-Level Enhancement Kit (:mod:`llm.dek`).
+
+    Attributes:
+        level: ``high`` (in-context examples from the instruction buffer and instruction
+            refinement), ``low`` (LoRA policy-gradient fine-tuning of an ``hf:`` model
+            after every outer iteration), ``both`` or ``off`` (for ablations; errors and
+            reward reflection still go back to the designer at every level).
+        lora_rank, lora_alpha, lora_dropout: LoRA adapter shape (rank r, scaling
+            alpha / r, dropout on the adapter input).
+        target_modules: module names to adapt; empty: chosen per architecture family
+            (:func:`llm.dek.low_level.default_target_modules`).
+        lr: learning rate of the adapter.
+        optimizer: ``adamw`` or ``sgd``.
+        weight_decay: decoupled weight decay (adamw).
+        max_grad_norm: gradient clipping by global norm.
+        baseline: ``leave_one_out``, ``mean`` or ``ema`` (b in -(PA - b) log p).
+        baseline_decay: decay of the ``ema`` baseline across iterations.
+        kl_coef: weight of the KL penalty to the frozen base model (0: none).
+        normalize_advantages: divide the advantages by their standard deviation.
+        steps: gradient steps per outer iteration on that iteration's candidates.
+    """
+
+    def __post_init__(self):
+        if self.level not in DEK_LEVELS:
+            raise ValueError(f"dek.level: expected one of {list(DEK_LEVELS)}, got {self.level!r}")
+
+    level: str = "high"
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = ()
+    lr: float = 1e-5
+    optimizer: str = "adamw"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    baseline: str = "leave_one_out"
+    baseline_decay: float = 0.9
+    kl_coef: float = 0.0
+    normalize_advantages: bool = False
+    steps: int = 1
+
+
 ENV_FIELDS = {f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"}
 
 
@@ -175,6 +224,7 @@ class Config:
     network: NetworkConfig = NetworkConfig()
     eval: EvalConfig = EvalConfig()
     loop: LoopConfig = LoopConfig()
+    dek: DekConfig = DekConfig()
 
     def env_params(self, data) -> EnvParams:
         """``EnvParams`` for the given ``MarketData`` with this config's env section."""
@@ -198,6 +248,7 @@ class Config:
             "network": plain(dataclasses.asdict(self.network)),
             "eval": plain(dataclasses.asdict(self.eval)),
             "loop": plain(dataclasses.asdict(self.loop)),
+            "dek": plain(dataclasses.asdict(self.dek)),
         }
 
 
@@ -276,6 +327,7 @@ _SECTIONS = {
     "network": NetworkConfig,
     "eval": EvalConfig,
     "loop": LoopConfig,
+    "dek": DekConfig,
 }
 
 

@@ -1,8 +1,10 @@
 """LLM backends behind one interface: ``generate(prompts, n, temperature, max_new_tokens)``.
 
-Build one from a spec with :func:`make_backend` (``scripted:<file.json>``,
-``openai:<base_url>``, ``hf:<path or name>`` for a local transformers model, see
-:class:`llm.backends.hf.HFBackend`; ``offline`` is reserved for a later version).
+Build one from a spec with :func:`make_backend`: ``offline`` (the default designer, a
+program-library sampler and mutator that is not a language model,
+:class:`llm.backends.offline.OfflineDesigner`), ``hf:<path or name>`` (a local
+transformers model, :class:`llm.backends.hf.HFBackend`), ``openai:<base_url>`` (any
+OpenAI-compatible server) or ``scripted:<file.json>`` (canned completions for tests).
 Importing this package imports neither ``openai`` nor torch; each backend module imports
 its own client when it is used.
 """

@@ -152,6 +152,8 @@ class SERLLoop:
         self.log = log or (lambda s: None)
         self.macro = macro_prompt(obs_dim, num_features, int(cfg.env["lookback"]))
         self.config_dict = cfg.to_dict()
+        #: In-context examples and instruction refinement (the high-level DEK).
+        self.high_level = cfg.dek.level in ("high", "both")
         self.buffer = InstructionBuffer(self.loop.buffer_size)
         self.convergence = EmaConvergence(
             decay=self.loop.ema_decay,
@@ -215,7 +217,8 @@ class SERLLoop:
         feedback = "\n".join(candidate_feedback(c) for c in previous)
         instruction = self._instruction()
         prompts: list[tuple[str, str, str, list[str], Any]] = []
-        if self.loop.refine_every and j > 1 and (j - 1) % self.loop.refine_every == 0:
+        refine = self.high_level and self.loop.refine_every > 0
+        if refine and j > 1 and (j - 1) % self.loop.refine_every == 0:
             scored = list(reversed(self.buffer.instruction_scores()))
             prompt = refinement_prompt(self.macro, instruction, scored, feedback)
             [completions] = self.backend.generate(
@@ -234,7 +237,9 @@ class SERLLoop:
         candidates: list[tuple[int, Candidate]] = []
         idx = 0
         for module, k in self._split_candidates().items():
-            examples = self.buffer.examples(self.loop.num_examples, module)
+            examples = (
+                self.buffer.examples(self.loop.num_examples, module) if self.high_level else []
+            )
             prompt = design_prompt(module, self.macro, instruction, examples, feedback)
             [completions] = self.backend.generate(
                 [prompt], n=k, temperature=self.loop.temperature,

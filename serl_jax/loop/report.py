@@ -37,9 +37,13 @@ def _ppo_policy(cfg: Config, store: RunStore, cand: Candidate):
 
 def _candidate_md(cand: Candidate) -> str:
     m = cand.metrics or {}
+
+    def fmt(key: str, spec: str) -> str:
+        return "n/a" if m.get(key) is None else format(m[key], spec)
+
     head = (
         f"### {cand.id} ({cand.module}) — validation PA {cand.score:.2f} bps, "
-        f"WR {m.get('wr')}, GLR {m.get('glr')}, AFI {m.get('afi')}"
+        f"WR {fmt('wr', '.3f')}, GLR {fmt('glr', '.2f')}, AFI {fmt('afi', '.4f')}"
     )
     code = []
     if cand.module in ("reward", "default"):
