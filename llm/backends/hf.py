@@ -342,11 +342,43 @@ class HFBackend(Backend):
 
     # ------------------------------------------------------------------ training
 
+    def token_logprobs(self, prompt: str, completion: str | Sequence[int]) -> torch.Tensor:
+        """``log p(c_t | prompt, c_<t)`` for each completion token, differentiable.
+
+        One forward pass over ``prompt_token_ids(prompt) + completion ids`` (the same
+        formatting as generation) in the model's current mode, with gradients; the prompt
+        positions are not scored.
+
+        Args:
+            prompt: the user message, as passed to :meth:`generate`.
+            completion: a completion text (tokenized with :meth:`completion_token_ids`) or
+                the exact token ids, e.g. :attr:`Completion.token_ids`.
+
+        Returns:
+            A float32 tensor of shape ``(C,)`` on the model's device, ``C`` the number of
+            completion tokens: their log-probabilities (nats, temperature-1 softmax).
+
+        Raises:
+            ValueError: the completion has no tokens.
+        """
+        ids = (
+            self.completion_token_ids(completion)
+            if isinstance(completion, str)
+            else [int(t) for t in completion]
+        )
+        if not ids:
+            raise ValueError("the completion must have at least one token")
+        context = self.prompt_token_ids(prompt)
+        tokens = torch.tensor([context + ids], device=self.device)  # (1, P + C)
+        logits = self.model(input_ids=tokens).logits[0, len(context) - 1 : -1]  # (C, vocab)
+        targets = tokens[0, len(context) :, None]  # (C, 1)
+        return torch.log_softmax(logits.float(), dim=-1).gather(1, targets)[:, 0]
+
     def sequence_logprob(self, prompt: str, completion: str | Sequence[int]) -> torch.Tensor:
         """``log p(completion | prompt)`` under the model, differentiable w.r.t. its parameters.
 
-        One forward pass over ``prompt_token_ids(prompt) + completion ids`` (the same
-        formatting as generation) in the model's current mode, with gradients.
+        The sum of :meth:`token_logprobs` (one forward pass, the model's current mode, with
+        gradients).
 
         Args:
             prompt: the user message, as passed to :meth:`generate`.
@@ -360,15 +392,4 @@ class HFBackend(Backend):
         Raises:
             ValueError: the completion has no tokens.
         """
-        ids = (
-            self.completion_token_ids(completion)
-            if isinstance(completion, str)
-            else [int(t) for t in completion]
-        )
-        if not ids:
-            raise ValueError("sequence_logprob needs a completion with at least one token")
-        context = self.prompt_token_ids(prompt)
-        tokens = torch.tensor([context + ids], device=self.device)  # (1, P + C)
-        logits = self.model(input_ids=tokens).logits[0, len(context) - 1 : -1]  # (C, vocab)
-        targets = tokens[0, len(context) :, None]  # (C, 1)
-        return torch.log_softmax(logits.float(), dim=-1).gather(1, targets).sum()
+        return self.token_logprobs(prompt, completion).sum()
