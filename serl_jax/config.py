@@ -186,7 +186,7 @@ class DekConfig:
         baseline: ``leave_one_out``, ``mean`` or ``ema`` (b in -(PA - b) log p).
         baseline_decay: decay of the ``ema`` baseline across iterations.
         kl_coef: weight of the KL penalty to the frozen base model (0: none).
-        normalize_advantages: divide the advantages by their standard deviation.
+        normalize_advantages: divide the advantages by their root mean square.
         steps: gradient steps per outer iteration on that iteration's candidates.
     """
 
@@ -206,7 +206,7 @@ class DekConfig:
     baseline: str = "leave_one_out"
     baseline_decay: float = 0.9
     kl_coef: float = 0.0
-    normalize_advantages: bool = False
+    normalize_advantages: bool = True
     steps: int = 1
 
 

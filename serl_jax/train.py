@@ -25,7 +25,8 @@ Usage::
 
     python -m serl_jax.train [--config FILE] [--llm offline|hf:<model>|openai:<base_url>|none]
                              [--model NAME] [--iterations J] [--candidates K]
-                             [--workers N] [--data PATH] [--out DIR] [--seed N] [--quiet]
+                             [--workers N] [--dek off|high|low|both]
+                             [--data PATH] [--out DIR] [--seed N] [--quiet]
                              [section.key=value ...]
     python -m serl_jax.train --resume RUN_DIR [--quiet]
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -189,19 +191,56 @@ def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
     return {}
 
 
+def share_accelerator_with_torch(cfg: Config) -> None:
+    """With an ``hf:`` designer a PyTorch model shares the accelerator with JAX: stop XLA
+    from preallocating 75% of GPU memory at its first computation (an explicit
+    ``XLA_PYTHON_CLIENT_PREALLOCATE`` or ``XLA_PYTHON_CLIENT_MEM_FRACTION`` wins). Must run
+    before JAX's first computation in the process."""
+    if cfg.loop.llm.strip().lower().startswith("hf:"):
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def make_low_level(cfg: Config, backend: Any) -> Any:
+    """The low-level DEK trainer for ``dek.level`` low/both (None otherwise).
+
+    Raises:
+        BackendError: the designer is not a local ``hf:`` model (LoRA needs its weights).
+    """
+    if cfg.dek.level not in ("low", "both"):
+        return None
+    if backend.name != "hf":
+        raise BackendError(
+            f"dek.level={cfg.dek.level} fine-tunes a local model with LoRA: it needs "
+            f"--llm hf:<path>, not {cfg.loop.llm}"
+        )
+    from llm.dek.low_level import LoRAConfig, LowLevelDEK
+
+    d = cfg.dek
+    lora = LoRAConfig(
+        rank=d.lora_rank, alpha=d.lora_alpha, dropout=d.lora_dropout,
+        target_modules=d.target_modules, lr=d.lr, optimizer=d.optimizer,
+        weight_decay=d.weight_decay, max_grad_norm=d.max_grad_norm, baseline=d.baseline,
+        baseline_decay=d.baseline_decay, kl_coef=d.kl_coef,
+        normalize_advantages=d.normalize_advantages, steps=d.steps, seed=cfg.run.seed,
+    )  # fmt: skip
+    return LowLevelDEK(backend, lora)
+
+
 def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) -> int:
     """The SE-RL loop (new run or ``--resume``); returns the exit code."""
     log = None if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
         splits = load_splits(cfg, cfg.loop.market)
-        if resume is None:
+        # The designer is built before a new run folder exists, so a bad spec leaves none.
+        store = RunStore.open(resume) if resume is not None else None
+        done = len(store.candidates()) if store is not None else 0
+        backend = make_backend(cfg.loop.llm, **backend_options(cfg, done))
+        low_level = make_low_level(cfg, backend)
+        if store is None:
             name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
             yaml_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
             store = RunStore.create(Path(cfg.run.out) / name, cfg.to_dict(), yaml_text)
-        else:
-            store = RunStore.open(resume)
-        backend = make_backend(cfg.loop.llm, **backend_options(cfg, len(store.candidates())))
-    except (DataError, StoreError, BackendError) as err:
+    except (DataError, StoreError, BackendError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if log:
@@ -214,6 +253,7 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
         store,
         obs_dim=ExecutionEnv().observation_size(cfg.env_params(data)),
         num_features=data.num_features,
+        low_level=low_level,
         log=log,
     )
     try:
@@ -246,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, help="J_max, the most outer iterations")
     parser.add_argument("--candidates", type=int, help="K, candidates per outer iteration")
     parser.add_argument("--workers", type=int, help="candidates trained at once (processes)")
+    parser.add_argument(
+        "--dek",
+        choices=["off", "high", "low", "both"],
+        help="DEK levels: high = in-context examples + instruction refinement, "
+        "low = LoRA fine-tuning of an hf: model (default: dek.level)",
+    )
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue an SE-RL run folder")
     parser.add_argument("--data", help="one dataset (folder or file) instead of the samples")
     parser.add_argument("--out", help="parent folder of run folders (default: run.out)")
@@ -257,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = {
         "loop.llm": args.llm, "loop.model": args.model, "loop.iterations": args.iterations,
         "loop.candidates": args.candidates, "loop.workers": args.workers,
+        "dek.level": args.dek,
         "run.seed": args.seed, "run.out": args.out,
     }  # fmt: skip
     overrides = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
@@ -278,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         except (StoreError, ConfigError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        share_accelerator_with_torch(cfg)
         return run_serl(cfg, "", Path(args.resume), args.quiet)
     try:
         cfg = load_config(args.config, overrides)
@@ -285,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config_name = Path(args.config).stem if args.config else "default"
+    share_accelerator_with_torch(cfg)
     if cfg.loop.llm.strip().lower() == "none":
         return train_ppo(cfg, config_name, args.quiet)
     return run_serl(cfg, f"{config_name}-serl", None, args.quiet)

@@ -11,7 +11,14 @@ One outer iteration j:
 4. each valid candidate is trained with the incumbent (best so far) of the other slot and
    scored on validation days; a rejected or crashed candidate scores ``loop.failure_pa``
    and its error text goes into the next prompt;
-5. ``PA_j`` (the iteration's best score) updates the EMA convergence test.
+5. ``PA_j`` (the iteration's best score) updates the EMA convergence test;
+6. with the low-level DEK on, the designer model's LoRA adapter takes a policy-gradient
+   step on the iteration's (prompt, completion, score) samples
+   (:mod:`llm.dek.low_level`), and the adapter is saved under ``adapters/j<j>/``.
+
+``dek.level`` selects the DEK levels: ``high`` shows the instruction buffer's best past
+candidates as in-context examples and refines the instruction; ``low`` fine-tunes the
+model; ``both``; ``off`` (errors and reward reflection still go back at every level).
 
 Iteration 0 evaluates the framework's defaults (``j0-default``) as the reference and the
 first in-context example. Every step is recorded in the run store as it happens
@@ -22,6 +29,7 @@ killed run stopped, without generating or evaluating anything twice.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -130,6 +138,8 @@ class SERLLoop:
         obs_dim, num_features: observation size D and market features per slot F of the
             market (for the macro prompt).
         limits: validation limits (default :class:`llm.validate.Limits`).
+        low_level: the low-level DEK trainer wrapping the designer's model
+            (:class:`llm.dek.low_level.LowLevelDEK`), or ``None``.
         log: where progress lines go (``None``: silent).
     """
 
@@ -142,6 +152,7 @@ class SERLLoop:
         obs_dim: int,
         num_features: int,
         limits: Limits | None = None,
+        low_level: Any = None,
         log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True),
     ):
         self.cfg = cfg
@@ -149,6 +160,7 @@ class SERLLoop:
         self.backend = backend
         self.store = store
         self.limits = limits or Limits()
+        self.low_level = low_level
         self.log = log or (lambda s: None)
         self.macro = macro_prompt(obs_dim, num_features, int(cfg.env["lookback"]))
         self.config_dict = cfg.to_dict()
@@ -363,6 +375,37 @@ class SERLLoop:
         self.log(f"[j={j}] PA_j {pa:.2f} bps ({summary.best_id}), PA_ema {ema:.2f} bps")
         return summary
 
+    def _low_level_update(self, j: int) -> None:
+        """One LoRA policy-gradient step on iteration j's samples; the adapter is saved
+        (to a temporary folder renamed when complete) before the update is recorded."""
+        prompts = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
+        samples = [
+            (prompts[c.prompt_id], c.completion, float(c.score))
+            for c in self.store.candidates(j)
+            if c.prompt_id in prompts and c.score is not None
+        ]
+        stats = self.low_level.update(samples).to_dict()
+        final = self.store.root / "adapters" / f"j{j}"
+        staging = final.with_name(f".j{j}.incomplete")
+        for path in (staging, final):
+            if path.exists():
+                shutil.rmtree(path)
+        self.low_level.save(staging)
+        staging.rename(final)
+        self.store.record_dek_update(j, stats, final)
+        self.log(
+            f"[j={j}] LoRA update on {len(samples)} samples: loss {stats.get('loss', 0.0):.4g}, "
+            f"baseline {stats.get('baseline', 0.0):.2f} bps"
+        )
+
+    def _restore_low_level(self) -> set[int]:
+        """Loads the latest saved adapter; returns the iterations already updated."""
+        updates = self.store.dek_updates()
+        if updates:
+            self.low_level.load(updates[-1]["adapter"])
+            self.log(f"restored the LoRA adapter of iteration {updates[-1]['iteration']}")
+        return {u["iteration"] for u in updates}
+
     # -- main --------------------------------------------------------------------------
     def run(self) -> LoopOutcome:
         """Runs (or resumes) the loop until convergence or ``loop.iterations``.
@@ -376,6 +419,7 @@ class SERLLoop:
             self.convergence.update(s.iteration, s.pa)
         for c in self._evaluated():
             self._add_to_buffer(c)
+        updated = self._restore_low_level() if self.low_level is not None else set()
         t_start = time.perf_counter()
         elapsed_before = float(self._meta("elapsed_seconds", 0.0))
         reason = "max_iterations"
@@ -383,6 +427,8 @@ class SERLLoop:
         with ProgramEvaluator(self.loop.workers, cache) as evaluator:
             for j in range(0, self.loop.iterations + 1):
                 if j in finished:
+                    if self.low_level is not None and j > 0 and j not in updated:
+                        self._low_level_update(j)  # killed between scoring and update
                     if finished[j].converged:
                         reason = "converged"
                         break
@@ -398,6 +444,8 @@ class SERLLoop:
                     [ref] = self.store.candidates(0)
                     raise RuntimeError(f"the default program failed: {ref.error}")
                 summary = self._finish(j)
+                if self.low_level is not None and j > 0:
+                    self._low_level_update(j)
                 self.store.set_meta(
                     "elapsed_seconds", elapsed_before + time.perf_counter() - t_start
                 )

@@ -13,7 +13,9 @@ crashed`` and only the unfinished steps are redone. Layout of a run folder::
 
 Tables: ``meta(key, value)``; ``prompts(id, iteration, module, purpose, prompt,
 completions, result)``; ``candidates`` (one row per candidate: the record of
-:class:`Candidate`); ``iterations(iteration, pa, ema, best_id, converged)``.
+:class:`Candidate`); ``iterations(iteration, pa, ema, best_id, converged)``;
+``dek_updates(iteration, stats, adapter)`` (low-level DEK: one LoRA update per finished
+iteration, its adapter folder under ``adapters/``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ CREATE TABLE IF NOT EXISTS prompts (
 CREATE TABLE IF NOT EXISTS candidates (
     id TEXT PRIMARY KEY, iteration INTEGER NOT NULL, idx INTEGER NOT NULL,
     module TEXT NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS dek_updates (
+    iteration INTEGER PRIMARY KEY, stats TEXT NOT NULL, adapter TEXT NOT NULL,
+    created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS iterations (
     iteration INTEGER PRIMARY KEY, pa REAL NOT NULL, ema REAL NOT NULL,
     best_id TEXT, converged INTEGER NOT NULL, created REAL NOT NULL);
@@ -303,6 +308,26 @@ class RunStore:
                 (summary.iteration, summary.pa, summary.ema, summary.best_id,
                  int(summary.converged), time.time()),
             )  # fmt: skip
+
+    def record_dek_update(self, iteration: int, stats: dict[str, Any], adapter: Path) -> None:
+        """Records a low-level DEK update whose adapter was saved to ``adapter``."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO dek_updates VALUES (?, ?, ?, ?)",
+                (iteration, json.dumps(stats, allow_nan=False),
+                 str(adapter.relative_to(self.root)), time.time()),
+            )  # fmt: skip
+
+    def dek_updates(self) -> list[dict[str, Any]]:
+        """Low-level DEK updates in iteration order: ``{iteration, stats, adapter}`` with
+        ``adapter`` an absolute path."""
+        rows = self._db.execute(
+            "SELECT iteration, stats, adapter FROM dek_updates ORDER BY iteration"
+        ).fetchall()
+        return [
+            {"iteration": r[0], "stats": json.loads(r[1]), "adapter": self.root / r[2]}
+            for r in rows
+        ]
 
     def iterations(self) -> list[IterationSummary]:
         rows = self._db.execute(
