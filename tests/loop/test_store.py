@@ -18,7 +18,10 @@ def test_create_record_and_reopen(tmp_path):
     c1 = Candidate("j1-c1", 1, 1, "network", status="rejected", error="no code")
     ids = store.add_proposals(
         1,
-        [("reward", "design", "prompt R", ["c0"], None), ("network", "design", "prompt N", ["c1"], None)],
+        [
+            ("reward", "design", "prompt R", ["c0"], None),
+            ("network", "design", "prompt N", ["c1"], None),
+        ],
         [(0, c0), (1, c1)],
     )
     assert (c0.prompt_id, c1.prompt_id) == tuple(ids)
