@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from serl_jax.lob.batched import apply_messages_batched
 from serl_jax.lob.book import (
     BUY,
     CANCEL,
@@ -280,3 +281,73 @@ def test_vmap_over_books_matches_per_book_results():
     books, trades = jax.vmap(lambda b: market_order(b, BUY, 2, 9))(books)
     assert np.asarray(trades.price[:, 0]).tolist() == [100, 101, 102]
     assert np.asarray(books.asks.qty[:, 0]).tolist() == [3, 3, 3]
+
+
+# --- the batched engine: same books and trades as vmap of the one-book step -------------
+
+
+def _stream_batch(batch):
+    books, cols = [], []
+    for asks, bids, rows in batch:
+        ap, asz = _pad(asks)
+        bp, bsz = _pad(bids)
+        books.append(book_from_levels(ap, asz, bp, bsz, CAPACITY))
+        padded = rows + [(0, BUY, 0, 0, 0, 0)] * (STREAM - len(rows))
+        cols.append(np.array(padded, dtype=np.int32).T)
+    books = jax.tree.map(lambda *x: jnp.stack(x), *books)
+    return books, msg(*np.stack(cols, 1))
+
+
+_VMAPPED = jax.jit(jax.vmap(lambda b, m: apply_messages(b, m, max_trades=MAX_TRADES)))
+_BATCHED = jax.jit(lambda b, m: apply_messages_batched(b, m, max_trades=MAX_TRADES, block=2))
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.lists(streams(), min_size=3, max_size=3))
+def test_batched_engine_matches_vmap_and_reference(batch):
+    books, msgs = _stream_batch(batch)  # 3 books in blocks of 2: one padded block
+    want = _VMAPPED(books, msgs)
+    got = _BATCHED(books, msgs)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    final = got[0]
+    for b, (asks, bids, rows) in enumerate(batch):
+        ref = ReferenceBook.from_levels(asks, bids, CAPACITY, MAX_TRADES)
+        for row in rows + [(0, BUY, 0, 0, 0, 0)] * (STREAM - len(rows)):
+            ref.apply(*row)
+        one = jax.tree.map(lambda x, b=b: x[b], final)
+        assert side_rows(one.bids) == ref_rows(ref, BUY)
+        assert side_rows(one.asks) == ref_rows(ref, SELL)
+        for name in COUNTERS:
+            assert int(getattr(one, name)) == getattr(ref, name), name
+        check_invariants(one)
+
+
+@pytest.mark.parametrize(("capacity", "max_trades"), [(1, 1), (2, 5), (3, 2)])
+def test_batched_engine_small_capacities_and_wide_trade_buffers(capacity, max_trades):
+    rows = [
+        (LIMIT, SELL, 101, 5, 1, 1),
+        (LIMIT, SELL, 102, 5, 2, 1),
+        (LIMIT, SELL, 100, 5, 3, 1),
+        (MARKET, BUY, 0, 30, 0, 2),
+        (LIMIT, BUY, 99, 4, 4, 2),
+        (EXECUTE, BUY, 99, 1, 4, 5),
+        (LIMIT, BUY, 99, 4, 5, 3),
+        (CANCEL, BUY, 0, 9, 4, 0),
+        (LIMIT, SELL, 98, 9, 6, 1),
+    ]
+    cols = np.array(rows, dtype=np.int32).T
+    books = jax.vmap(lambda _: empty_book(capacity))(jnp.arange(2))
+    msgs = msg(*np.stack([cols, cols[:, ::-1]], 1))
+    want = jax.vmap(lambda b, m: apply_messages(b, m, max_trades=max_trades))(books, msgs)
+    got = apply_messages_batched(books, msgs, max_trades=max_trades, block=1)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    assert got[1].qty.shape == (2, len(rows), max_trades)
+
+
+def test_batched_engine_rejects_bad_options():
+    books = jax.vmap(lambda _: empty_book(2))(jnp.arange(1))
+    msgs = msg(*np.zeros((6, 1, 1), np.int32))
+    with pytest.raises(ValueError, match="max_trades"):
+        apply_messages_batched(books, msgs, max_trades=0)
+    with pytest.raises(ValueError, match="block"):
+        apply_messages_batched(books, msgs, block=0)
