@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serl_jax import train
+from serl_jax import evaluate, train
 from serl_jax.loop import RunStore, evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,3 +153,15 @@ def test_resume_refuses_new_options(resumed_run, capsys):
     assert "drop the other options" in capsys.readouterr().err
     assert train.main(["--resume", str(resumed_run[0].parent / "nope")]) == 2
     assert "not an SE-RL run folder" in capsys.readouterr().err
+
+
+def test_best_checkpoint_reloads_with_its_own_code(resumed_run, capsys):
+    run_dir = resumed_run[0]
+    report = json.loads((run_dir / "report.json").read_text())
+    best_id = report["best"]["id"]
+    checkpoint = run_dir / "candidates" / best_id / "checkpoint"
+    capsys.readouterr()
+    assert evaluate.main(["--data", "sample:us_1min", "--policy", str(checkpoint), "--json"]) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    expected = report["test"][f"SE-RL {best_id}"]["PA"]["value"]
+    assert record["PA"]["value"] == pytest.approx(expected, abs=1e-6)
