@@ -1,11 +1,14 @@
 """Vectorized limit order book with price-time priority, verified against LOBSTER.
 
-Modules: :mod:`~serl_jax.lob.book` (state and operations), :mod:`~serl_jax.lob.queries`
+Modules: :mod:`~serl_jax.lob.book` (state and operations), :mod:`~serl_jax.lob.batched`
+(``apply_messages_batched``: the same message semantics for a batch of books, the fast
+path for many books on CPU), :mod:`~serl_jax.lob.queries`
 (quotes, depth, own orders, ``state_vector``), :mod:`~serl_jax.lob.lobster` (file readers),
 :mod:`~serl_jax.lob.replay` (``python -m serl_jax.lob.replay``), and
 :mod:`~serl_jax.lob.reference` (the pure-Python reference book used by the tests).
 """
 
+from serl_jax.lob.batched import apply_messages_batched
 from serl_jax.lob.book import (
     BUY,
     CANCEL,
@@ -66,6 +69,7 @@ __all__ = [
     "Trades",
     "apply_message",
     "apply_messages",
+    "apply_messages_batched",
     "best_ask",
     "best_bid",
     "book_from_levels",
