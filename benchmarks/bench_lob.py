@@ -79,7 +79,7 @@ def make_streams(n_books: int, n_messages: int, market_scale: int = 1):
     return seeds, stream
 
 
-def make_run(capacity: int, max_trades: int, design: str, block: int = 128):
+def make_run(capacity: int, max_trades: int, design: str, block: int = 64):
     """Jitted ``(seeds, msgs) -> (books, trades per book)`` over a batch of books.
 
     ``design`` is ``"batched"``, ``"vmap"`` (sweep matching) or ``"loop"``.
@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=None, help="messages per book")
     parser.add_argument("--capacity", type=int, default=128, help="order slots per side")
     parser.add_argument("--max-trades", type=int, default=8)
-    parser.add_argument("--block", type=int, default=128, help="books per block (batched)")
+    parser.add_argument("--block", type=int, default=64, help="books per block (batched)")
     parser.add_argument(
         "--books",
         type=str,

@@ -46,6 +46,9 @@ from serl_jax.lob.book import (
 
 _MAX_PRICE = jnp.iinfo(jnp.int32).max
 _FIELDS = ("price", "qty", "order_id", "owner", "arrival")
+_UNROLL = 4
+"""Scan steps per loop iteration: 4 (and 8) measured ~1.4x faster than 1 on 2 CPU cores
+(fewer loop-iteration overheads per message), 16 no better and slower to compile."""
 
 
 def _shift_up(x: jax.Array, k: int = 1) -> jax.Array:
@@ -253,14 +256,17 @@ def _run_block(books: Book, stream: Message, max_trades: int) -> tuple[Book, Tra
     n_asks = (books.asks.qty > 0).sum(-1, dtype=jnp.int32)
     rows = books.replace(bids=_to_rows(books.bids, n_bids), asks=_to_rows(books.asks, n_asks))
     (rows, n_bids, n_asks), trades = lax.scan(
-        lambda state, m: _step(state, m, max_trades), (rows, n_bids, n_asks), stream
+        lambda state, m: _step(state, m, max_trades),
+        (rows, n_bids, n_asks),
+        stream,
+        unroll=_UNROLL,
     )
     books = rows.replace(bids=_from_rows(rows.bids, n_bids), asks=_from_rows(rows.asks, n_asks))
     return books, trades
 
 
 def apply_messages_batched(
-    books: Book, msgs: Message, *, max_trades: int = 8, block: int = 128
+    books: Book, msgs: Message, *, max_trades: int = 8, block: int = 64
 ) -> tuple[Book, Trades]:
     """Apply one message stream per book to a batch of books (same result as
     ``jax.vmap(apply_messages)``, several times faster on CPU).
