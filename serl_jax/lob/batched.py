@@ -15,7 +15,8 @@ chosen so that no message needs a data-dependent shift:
 * resting an order moves the rows above its place up by one and deleting one moves
   the rows above it down by one: static one-row shifts;
 * the trade buffer reads the ``max_trades`` rows below ``n`` through a barrel of static
-  shifts over the bits of ``capacity - n`` (no gather).
+  shifts over the bits of ``capacity - n`` (no gather; a cancelled or executed order is
+  read with a one-value-per-book gather).
 
 Every step makes one pass over each field of each side, plus the suffix sums of the
 opposite side's matchable quantity (``log2(capacity)`` shift-and-add passes). Books go
