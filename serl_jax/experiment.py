@@ -87,6 +87,7 @@ def train_policy(
     progress: bool = True,
     description: str = "PPO",
     on_chunk: Callable[[int, PPOPolicyParams], None] | None = None,
+    validation_rollouts: Callable[[PPOPolicyParams], Rollout] | None = None,
 ) -> TrainedPolicy:
     """Trains ``cfg.run.num_seeds`` policies on training days and selects on validation.
 
@@ -103,6 +104,11 @@ def train_policy(
         on_chunk: called after every jitted chunk of updates with the number of updates
             done and the current parameters of all seeds (leading ``[num_seeds]`` axis),
             e.g. to record statistics over training.
+        validation_rollouts: maps the final parameters of all seeds to their
+            deterministic validation rollouts (leading ``[num_seeds]`` axis) for the seed
+            selection; default: a vmapped :func:`serl_jax.evaluation.rollout` on
+            ``val_params`` (a caller that already rolled them out, e.g. in ``on_chunk``,
+            passes its result instead of paying for a second rollout).
 
     Returns:
         A :class:`TrainedPolicy`.
@@ -154,10 +160,15 @@ def train_policy(
     curves = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
 
     all_params = _policy_params(runner)
-    policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=action_prior)
-    seed_rollouts = jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
-        all_params
-    )
+    if validation_rollouts is None:
+        policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=action_prior)
+
+        def validation_rollouts(params):
+            return jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
+                params
+            )
+
+    seed_rollouts = validation_rollouts(all_params)
     validation_pa = np.array(
         [
             price_advantage(_seed_rollout(seed_rollouts, i).outcomes(float(val_params.side))).mean()

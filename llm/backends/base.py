@@ -36,6 +36,32 @@ class BackendError(RuntimeError):
     """
 
 
+def check_generate_args(
+    prompts: Sequence[str], n: int, temperature: float, max_new_tokens: int
+) -> tuple[list[str], int, float, int]:
+    """Checks the arguments of :meth:`Backend.generate` (and of variants such as
+    ``HFBackend.generate_with_logprobs``); returns them as ``list``, ``int``, ``float``,
+    ``int``.
+
+    Raises:
+        TypeError: ``prompts`` is a string or holds a non-string.
+        ValueError: ``n``, ``temperature`` or ``max_new_tokens`` out of range.
+    """
+    if isinstance(prompts, str | bytes):
+        raise TypeError("prompts must be a sequence of strings, not a single string")
+    prompts = list(prompts)
+    for p in prompts:
+        if not isinstance(p, str):
+            raise TypeError(f"prompts must be strings, got {type(p).__name__}")
+    if int(n) != n or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    return prompts, int(n), float(temperature), int(max_new_tokens)
+
+
 class Backend(ABC):
     """Turns prompts into code completions.
 
@@ -71,21 +97,12 @@ class Backend(ABC):
             ValueError: ``n``, ``temperature`` or ``max_new_tokens`` out of range.
             BackendError: the backend failed (see the implementation).
         """
-        if isinstance(prompts, str | bytes):
-            raise TypeError("prompts must be a sequence of strings, not a single string")
-        prompts = list(prompts)
-        for p in prompts:
-            if not isinstance(p, str):
-                raise TypeError(f"prompts must be strings, got {type(p).__name__}")
-        if int(n) != n or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
-        if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
-        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        prompts, n, temperature, max_new_tokens = check_generate_args(
+            prompts, n, temperature, max_new_tokens
+        )
         if not prompts:
             return []
-        out = self._generate(prompts, int(n), float(temperature), int(max_new_tokens))
+        out = self._generate(prompts, n, temperature, max_new_tokens)
         if len(out) != len(prompts) or any(len(c) != n for c in out):
             raise BackendError(f"{self.name} backend returned the wrong number of completions")
         return out

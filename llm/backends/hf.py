@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llm.backends.base import Backend, BackendError
+from llm.backends.base import Backend, BackendError, check_generate_args
 
 __all__ = ["Completion", "HFBackend"]
 
@@ -317,21 +317,12 @@ class HFBackend(Backend):
         The call keeps ``max_new_tokens x len(prompts) * n x vocab`` raw logits (model
         dtype) on the device until it returns.
         """
-        if isinstance(prompts, str | bytes):
-            raise TypeError("prompts must be a sequence of strings, not a single string")
-        prompts = list(prompts)
-        for p in prompts:
-            if not isinstance(p, str):
-                raise TypeError(f"prompts must be strings, got {type(p).__name__}")
-        if int(n) != n or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
-        if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
-        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        prompts, n, temperature, max_new_tokens = check_generate_args(
+            prompts, n, temperature, max_new_tokens
+        )
         if not prompts:
             return []
-        return self._sample(prompts, int(n), float(temperature), int(max_new_tokens))
+        return self._sample(prompts, n, temperature, max_new_tokens)
 
     def _generate(
         self, prompts: list[str], n: int, temperature: float, max_new_tokens: int

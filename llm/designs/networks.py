@@ -20,8 +20,9 @@ from llm.designs import Design
 __all__ = ["NETWORKS"]
 
 _SEPARATE_MLP = """\
-# separate_mlp: the default layout: separate actor and critic tanh MLPs, Glorot init and a
-# near-zero policy head with bias (0, log 0.5), so the untrained policy is the TWAP prior.
+# separate_mlp: the framework's default (serl_jax.rl.networks.ActorCritic): separate actor
+# and critic tanh MLPs, Glorot init and a near-zero policy head with bias (0, log 0.5), so
+# the untrained policy is the TWAP prior.
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -29,32 +30,6 @@ import jax.numpy as jnp
 class Network(nn.Module):
     width: int = 64  # hidden units per layer
     depth: int = 2  # hidden layers per MLP
-
-    @nn.compact
-    def __call__(self, obs):
-        init = nn.initializers.glorot_uniform()
-        actor = obs
-        critic = obs
-        for _ in range(self.depth):
-            actor = nn.tanh(nn.Dense(self.width, kernel_init=init)(actor))
-            critic = nn.tanh(nn.Dense(self.width, kernel_init=init)(critic))
-        small = nn.initializers.variance_scaling(1e-4, "fan_avg", "uniform")
-        bias = nn.initializers.constant(jnp.array([0.0, jnp.log(0.5)]))
-        policy = nn.Dense(2, kernel_init=small, bias_init=bias)(actor)
-        value = nn.Dense(1, kernel_init=init)(critic)
-        return policy, value[..., 0]
-"""
-
-_SMALL_MLP = """\
-# small_mlp: a small variant of the default: separate one-layer tanh MLPs of 32 units for the
-# actor and the critic (fast, little capacity).
-import flax.linen as nn
-import jax.numpy as jnp
-
-
-class Network(nn.Module):
-    width: int = 32  # hidden units per layer
-    depth: int = 1  # hidden layers per MLP
 
     @nn.compact
     def __call__(self, obs):
@@ -215,7 +190,6 @@ NETWORKS: tuple[Design, ...] = tuple(
     Design(code.split(":", 1)[0].lstrip("# "), "network", code)
     for code in (
         _SEPARATE_MLP,
-        _SMALL_MLP,
         _WIDE_MLP,
         _SHARED_TRUNK,
         _LAYERNORM_MLP,

@@ -1,13 +1,17 @@
 """The framework's default slot implementations written as candidate code.
 
 The micro prompts show these to the model ("the current default implementation"), and
-the outer loop evaluates them first as the iteration-0 reference candidate. They are
-kept equal to :func:`serl_jax.envs.execution.default_reward` (as named terms) and
-:class:`serl_jax.rl.networks.ActorCritic` (64-64 tanh); ``tests/llm/test_prompts.py``
-checks both numerically.
+the outer loop evaluates them first as the iteration-0 reference candidate. The reward
+equals :func:`serl_jax.envs.execution.default_reward` as named terms, reading its
+penalties from the env parameters as the framework does (the offline designer's
+``pa_penalty`` is a variant with module constants for it to mutate); the network is the
+design library's ``separate_mlp``, equal to :class:`serl_jax.rl.networks.ActorCritic`
+(64-64 tanh). ``tests/llm/test_prompts.py`` checks both numerically.
 """
 
 from __future__ import annotations
+
+from llm.designs import library
 
 DEFAULT_REWARD = """\
 import jax.numpy as jnp
@@ -33,30 +37,6 @@ def reward(prev_state, action, next_state, params):
     }
 """
 
-DEFAULT_NETWORK = """\
-import flax.linen as nn
-import jax.numpy as jnp
-
-
-class Network(nn.Module):
-    hidden: int = 64
-    layers: int = 2
-
-    @nn.compact
-    def __call__(self, obs):
-        # Separate actor and critic MLPs; the policy head starts near zero so the
-        # untrained policy is the TWAP prior with some exploration.
-        init = nn.initializers.glorot_uniform()
-        actor = obs
-        critic = obs
-        for _ in range(self.layers):
-            actor = nn.tanh(nn.Dense(self.hidden, kernel_init=init)(actor))
-            critic = nn.tanh(nn.Dense(self.hidden, kernel_init=init)(critic))
-        small = nn.initializers.variance_scaling(1e-4, "fan_avg", "uniform")
-        bias = nn.initializers.constant(jnp.array([0.0, jnp.log(0.5)]))
-        outputs = nn.Dense(2, kernel_init=small, bias_init=bias)(actor)
-        value = nn.Dense(1, kernel_init=init)(critic)
-        return outputs, value[..., 0]
-"""
+DEFAULT_NETWORK = library("network")[0].code
 
 DEFAULT_CODE = {"reward": DEFAULT_REWARD, "network": DEFAULT_NETWORK}

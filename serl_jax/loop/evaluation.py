@@ -160,9 +160,12 @@ def evaluate_program(
             history.append((updates, {k: v.mean(axis=-1) for k, v in sums.items()}))
             last.update(rollout=out, sums=sums)
 
+        # The last chunk's tracking rollouts are the final policies' validation rollouts:
+        # the seed selection reuses them instead of rolling out again.
         trained = train_policy(
-            cfg, env, train_params, val_params, network=network, progress=False, on_chunk=on_chunk
-        )
+            cfg, env, train_params, val_params, network=network, progress=False,
+            on_chunk=on_chunk, validation_rollouts=lambda _: last["rollout"],
+        )  # fmt: skip
     except Exception as e:  # noqa: BLE001 - any failure of candidate code is its score
         return _failed(f"training failed: {type(e).__name__}: {e}", t_start)
 

@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from llm.backends import Backend
 from llm.dek import BufferEntry, InstructionBuffer
 from llm.parsing import ParseError, extract_code
@@ -472,8 +474,6 @@ class SERLLoop:
 
 
 def _write_curves(directory, curves: dict[str, list[float | None]]) -> None:
-    import numpy as np
-
     np.savez_compressed(
         directory / "curves.npz",
         **{k: np.array([np.nan if v is None else v for v in vals]) for k, vals in curves.items()},

@@ -192,7 +192,7 @@ def test_sampled_and_mutated_completions_pass_the_static_stage():
         ],
         "network": [
             design_prompt("network"),
-            design_prompt("network", [("n1", -2.0, networks[5]), ("n2", 1.0, networks[6])]),
+            design_prompt("network", [("n1", -2.0, networks[4]), ("n2", 1.0, networks[5])]),
             design_prompt("network", [("n3", 0.5, foreign_network)]),
         ],
     }
