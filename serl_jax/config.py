@@ -1,6 +1,6 @@
 """Run configuration: YAML presets plus dotted command-line overrides.
 
-A config has eight sections. ``env`` takes exactly the fields of
+A config has nine sections. ``env`` takes exactly the fields of
 :class:`serl_jax.envs.execution.EnvParams` (but ``data``) and ``ppo`` those of
 :class:`serl_jax.rl.ppo.PPOConfig`, so there is one place where each knob is defined and
 documented. Unknown keys and values of the wrong type are rejected with a one-line
@@ -210,6 +210,58 @@ class DekConfig:
     steps: int = 1
 
 
+MARKET_MODES = ("static", "dynamic", "hybrid")
+
+
+@dataclasses.dataclass(frozen=True)
+class MarketConfig:
+    """Which market PPO trains in (:mod:`serl_jax.market`, :mod:`serl_jax.rl.hybrid`).
+
+    Attributes:
+        mode: ``static`` (replayed minute bars), ``dynamic`` (the simulated order-book
+            market) or ``hybrid`` (both at once, ``L = alpha L_static + beta L_dynamic``).
+            With ``dynamic`` or ``hybrid``, a PPO policy trained in the static market is
+            trained as well, and every policy is evaluated in both markets.
+        params: calibrated background-population parameters (YAML from
+            ``python -m serl_jax.market.calibrate``), or ``auto``: the shipped
+            ``configs/market/<sample>.yaml`` of a ``sample:<name>`` market.
+        child_order: ``market`` or ``passive`` child orders in the dynamic market.
+        dynamic_envs: parallel dynamic-market episodes per PPO rollout.
+        alpha_init: initial weight of the static loss (beta = 1 - alpha).
+        min_weight: alpha and beta are clipped to ``[min_weight, 1 - min_weight]``.
+        adapt_weights: adapt alpha, beta by the relative losses (Eq. 5) or keep them.
+    """
+
+    def __post_init__(self):
+        if self.mode not in MARKET_MODES:
+            raise ValueError(
+                f"market.mode: expected one of {list(MARKET_MODES)}, got {self.mode!r}"
+            )
+        if self.child_order not in ("market", "passive"):
+            raise ValueError(
+                f"market.child_order: expected market or passive, got {self.child_order!r}"
+            )
+
+    mode: str = "hybrid"
+    params: str = "auto"
+    child_order: str = "market"
+    dynamic_envs: int = 32
+    alpha_init: float = 0.5
+    min_weight: float = 0.1
+    adapt_weights: bool = True
+
+    def hybrid_config(self):
+        """The :class:`serl_jax.rl.hybrid.HybridConfig` of these settings."""
+        from serl_jax.rl.hybrid import HybridConfig
+
+        return HybridConfig(
+            dynamic_envs=self.dynamic_envs,
+            alpha_init=self.alpha_init,
+            min_weight=self.min_weight,
+            adapt=self.adapt_weights,
+        )
+
+
 ENV_FIELDS = {f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"}
 
 
@@ -225,6 +277,7 @@ class Config:
     eval: EvalConfig = EvalConfig()
     loop: LoopConfig = LoopConfig()
     dek: DekConfig = DekConfig()
+    market: MarketConfig = MarketConfig()
 
     def env_params(self, data) -> EnvParams:
         """``EnvParams`` for the given ``MarketData`` with this config's env section."""
@@ -249,6 +302,7 @@ class Config:
             "eval": plain(dataclasses.asdict(self.eval)),
             "loop": plain(dataclasses.asdict(self.loop)),
             "dek": plain(dataclasses.asdict(self.dek)),
+            "market": plain(dataclasses.asdict(self.market)),
         }
 
 
@@ -328,6 +382,7 @@ _SECTIONS = {
     "eval": EvalConfig,
     "loop": LoopConfig,
     "dek": DekConfig,
+    "market": MarketConfig,
 }
 
 

@@ -6,9 +6,15 @@ dataset's own training days (its chronological split), whatever ``--split`` is.
 
 Usage::
 
-    python -m serl_jax.evaluate --data PATH [--policy twap|vwap|ac|CHECKPOINT_DIR ...]
-                                [--split test|all] [--config FILE] [--json]
-                                [section.key=value ...]
+    python -m serl_jax.evaluate --data PATH
+                                [--policy twap|vwap|ac|immediate|CHECKPOINT_DIR ...]
+                                [--env static|dynamic] [--split test|all] [--config FILE]
+                                [--json] [section.key=value ...]
+
+``--env dynamic`` runs the orders through the simulated order-book market
+(:mod:`serl_jax.market`) with the calibrated parameters of ``market.params`` (``auto``:
+the shipped ``configs/market/<sample>.yaml`` of a ``sample:<name>`` dataset), so the
+orders move prices; ``immediate`` (the whole order at once) is the impact reference.
 
 With a checkpoint, the environment settings it was trained with are used (so the
 observation matches the network) unless overridden. ``--json`` prints one JSON object
@@ -31,14 +37,19 @@ from serl_jax.config import (
     load_config,
 )
 from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars, split_days
-from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
-from serl_jax.experiment import baseline_policies, evaluate_policies, resolve_market_path
+from serl_jax.experiment import (
+    baseline_policies,
+    dynamic_env_params,
+    evaluate_policies,
+    make_env,
+    resolve_market_path,
+)
 from serl_jax.metrics import format_table
 from serl_jax.rl.checkpoint import CheckpointError, load_policy
 from serl_jax.rl.policy import make_ppo_policy
 
-BASELINES = {"twap": "TWAP", "vwap": "VWAP", "ac": "AC"}
+BASELINES = {"twap": "TWAP", "vwap": "VWAP", "ac": "AC", "immediate": "Immediate"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policy",
         action="append",
-        help="twap, vwap, ac or a checkpoint folder; repeatable (default: the three baselines)",
+        help="twap, vwap, ac, immediate or a checkpoint folder; repeatable "
+        "(default: twap, vwap, ac)",
     )
+    parser.add_argument("--env", choices=("static", "dynamic"), default="static")
     parser.add_argument("--split", choices=("test", "all"), default="test")
     parser.add_argument("--config", help="YAML preset for env/eval settings")
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
@@ -59,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _evaluate(args)
-    except (ConfigError, DataError, CheckpointError) as err:
+    except (ConfigError, DataError, CheckpointError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    specs = args.policy or list(BASELINES)
+    specs = args.policy or ["twap", "vwap", "ac"]
     checkpoints = [s for s in specs if s.lower() not in BASELINES]
     loaded = [load_policy(Path(s)) for s in checkpoints]
     if args.config is None and loaded:
@@ -81,8 +94,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     splits = split_days(bars, train=d.train, val=d.val)
     stats = fit_stats(splits["train"], vol_window=d.vol_window)
     episodes = build_episodes(bars if args.split == "all" else splits["test"], stats)
-    env = ExecutionEnv()
     env_params = cfg.env_params(MarketData.from_episodes(episodes))
+    if args.env == "dynamic":
+        env_params = dynamic_env_params(cfg, args.data, env_params, stats)
+    env = make_env(env_params)
 
     baselines = baseline_policies(cfg)
     policies = {}
@@ -112,7 +127,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         for name, (metrics, _) in results.items():
             print(json.dumps({"policy": name, **metrics.to_dict()}, allow_nan=False))
     else:
-        print(format_table({(market, name): m for name, (m, _) in results.items()}))
+        label = f"{market} {args.env}"
+        print(format_table({(label, name): m for name, (m, _) in results.items()}))
     return 0
 
 

@@ -19,17 +19,22 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from serl_jax.baselines import almgren_chriss_policy, twap_policy, vwap_policy
+from serl_jax.baselines import almgren_chriss_policy, immediate_policy, twap_policy, vwap_policy
 from serl_jax.config import ACTION_PRIORS, Config
-from serl_jax.data import MarketSplits, load_market, sample_path
+from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
+from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.evaluation import Rollout, rollout
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage
+from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import make_trainer
 
 SAMPLE_PREFIX = "sample:"
+CALIBRATED_MARKETS = Path(__file__).resolve().parents[1] / "configs" / "market"
+"""The shipped calibrated market parameters, ``configs/market/<sample>.yaml`` (a source
+checkout's layout; other installs pass ``market.params=FILE``)."""
 
 
 def resolve_market_path(spec: str) -> Path:
@@ -50,6 +55,44 @@ def load_splits(cfg: Config, spec: str) -> MarketSplits:
         short_days=d.short_days,
         vol_window=d.vol_window,
     )
+
+
+def market_params_path(cfg: Config, spec: str) -> Path:
+    """The calibrated market-parameter file for a market spec (``market.params``).
+
+    Raises:
+        ValueError: ``auto`` for a market without shipped parameters, or a missing file;
+            the message says how to calibrate one.
+    """
+    if cfg.market.params != "auto":
+        path = Path(cfg.market.params)
+    elif spec.startswith(SAMPLE_PREFIX):
+        path = CALIBRATED_MARKETS / f"{spec[len(SAMPLE_PREFIX) :]}.yaml"
+    else:
+        raise ValueError(
+            f"market.params=auto: no calibrated market for {spec}; run "
+            f"python -m serl_jax.market.calibrate --data {spec} --out FILE "
+            "and pass market.params=FILE"
+        )
+    if not path.is_file():
+        raise ValueError(f"market.params: {path} not found (python -m serl_jax.market.calibrate)")
+    return path
+
+
+def dynamic_env_params(
+    cfg: Config, spec: str, static_params: EnvParams, stats: TrainStats
+) -> DynamicEnvParams:
+    """The dynamic-market twin of ``static_params`` with the market's calibrated
+    parameters (raises ``ValueError`` as :func:`market_params_path`)."""
+    from serl_jax.market.calibrate import load_market_params
+
+    market = load_market_params(market_params_path(cfg, spec))
+    return DynamicEnvParams.from_static(static_params, stats, market, cfg.market.child_order)
+
+
+def make_env(params: EnvParams) -> ExecutionEnv:
+    """The environment that runs ``params``: dynamic for :class:`DynamicEnvParams`."""
+    return DynamicExecutionEnv() if isinstance(params, DynamicEnvParams) else ExecutionEnv()
 
 
 @dataclass
@@ -88,6 +131,8 @@ def train_policy(
     description: str = "PPO",
     on_chunk: Callable[[int, PPOPolicyParams], None] | None = None,
     validation_rollouts: Callable[[PPOPolicyParams], Rollout] | None = None,
+    dynamic: tuple[Any, Any] | None = None,
+    hybrid: HybridConfig | None = None,
 ) -> TrainedPolicy:
     """Trains ``cfg.run.num_seeds`` policies on training days and selects on validation.
 
@@ -109,14 +154,33 @@ def train_policy(
             selection; default: a vmapped :func:`serl_jax.evaluation.rollout` on
             ``val_params`` (a caller that already rolled them out, e.g. in ``on_chunk``,
             passes its result instead of paying for a second rollout).
+        dynamic: ``(dynamic_env, dynamic_params)``, a second (dynamic) market to train on
+            together with ``env``/``train_params`` by hybrid PPO
+            (:func:`serl_jax.rl.hybrid.make_hybrid_trainer`); give it with ``hybrid``.
+            The curves then also hold ``alpha``, ``beta``, ``loss_static``,
+            ``loss_dynamic``, ``order_pa_static`` and ``order_pa_dynamic``; seed selection
+            stays on ``val_params`` with ``env``.
+        hybrid: the hybrid-PPO settings (with ``dynamic``).
 
     Returns:
-        A :class:`TrainedPolicy`.
+        A :class:`TrainedPolicy` (``env_steps`` counts the steps of both markets).
+
+    Raises:
+        ValueError: if only one of ``dynamic`` and ``hybrid`` is given.
     """
     if network is None:
         network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
     action_prior = ACTION_PRIORS[cfg.network.action_prior]
-    trainer = make_trainer(cfg.ppo, env, train_params, network, action_prior)
+    if (dynamic is None) != (hybrid is None):
+        raise ValueError("train_policy: give dynamic and hybrid together (or neither)")
+    if hybrid is None:
+        trainer = make_trainer(cfg.ppo, env, train_params, network, action_prior)
+        lanes = cfg.ppo.num_envs
+    else:
+        trainer = make_hybrid_trainer(
+            cfg.ppo, hybrid, env, train_params, *dynamic, network, action_prior
+        )
+        lanes = cfg.ppo.num_envs + hybrid.dynamic_envs
     n_updates = cfg.ppo.num_updates
     chunk = max(1, min(cfg.run.progress_chunk, n_updates))
     keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
@@ -184,7 +248,7 @@ def train_policy(
         curves=curves,
         compile_seconds=compile_seconds,
         train_seconds=train_seconds,
-        env_steps=n_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * cfg.run.num_seeds,
+        env_steps=n_updates * lanes * cfg.ppo.num_steps * cfg.run.num_seeds,
     )
 
 
@@ -202,6 +266,7 @@ def baseline_policies(cfg: Config) -> dict[str, tuple[Any, Any]]:
         "TWAP": (twap_policy, None),
         "VWAP": (vwap_policy, None),
         "AC": (almgren_chriss_policy, jnp.float32(cfg.eval.ac_risk_aversion)),
+        "Immediate": (immediate_policy, None),
     }
 
 

@@ -12,7 +12,12 @@ is written as it happens and can be resumed after a crash or kill::
         report.md  report.json  results.txt  loop_progress.png   (at the end)
 
 With ``--llm none`` it trains plain PPO on each market of ``data.markets`` (the default
-reward and network) and compares it with TWAP, VWAP and Almgren–Chriss on test days::
+reward and network) in the market ``--env`` names (``market.mode``): ``static``
+(replayed bars), ``dynamic`` (the simulated order-book market, :mod:`serl_jax.market`)
+or ``hybrid`` (both at once, ``L = alpha L_static + beta L_dynamic``, the default; a
+static-only ``PPO-static`` is trained beside it), and compares it with TWAP, VWAP,
+Almgren–Chriss and the immediate sale on test days in both markets. (The SE-RL loop
+scores its candidates in the static market.)::
 
     runs/<time>-<preset>/
         config.yaml  metrics.json  results.txt
@@ -26,6 +31,7 @@ Usage::
     python -m serl_jax.train [--config FILE] [--llm offline|hf:<model>|openai:<base_url>|none]
                              [--model NAME] [--iterations J] [--candidates K]
                              [--workers N] [--dek off|high|low|both]
+                             [--env static|dynamic|hybrid]
                              [--data PATH] [--out DIR] [--seed N] [--quiet]
                              [section.key=value ...]
     python -m serl_jax.train --resume RUN_DIR [--quiet]
@@ -50,9 +56,18 @@ import yaml
 from llm.backends import BackendError, make_backend
 from serl_jax.config import ACTION_PRIORS, Config, ConfigError, config_from_dict, load_config
 from serl_jax.data import DataError, MarketSplits
+from serl_jax.envs.dynamic import DynamicExecutionEnv
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
-from serl_jax.experiment import baseline_policies, evaluate_policies, load_splits, train_policy
+from serl_jax.experiment import (
+    baseline_policies,
+    dynamic_env_params,
+    evaluate_policies,
+    load_splits,
+    make_env,
+    market_params_path,
+    train_policy,
+)
 from serl_jax.loop import RunStore, SERLLoop, StoreError
 from serl_jax.loop.report import write_report
 from serl_jax.metrics import ExecutionMetrics, format_table, price_advantage
@@ -61,36 +76,85 @@ from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.policy import make_ppo_policy
 
 
+def _ppo_policy(cfg: Config, trained) -> tuple[Any, Any]:
+    policy = make_ppo_policy(
+        trained.network, cfg.ppo.normalize_obs, action_prior=ACTION_PRIORS[cfg.network.action_prior]
+    )
+    return policy, trained.policy_params
+
+
 def run_market(
-    cfg: Config, splits: MarketSplits, out_dir: Path, progress: bool
-) -> tuple[dict[str, Any], dict[str, ExecutionMetrics]]:
+    cfg: Config, spec: str, splits: MarketSplits, out_dir: Path, progress: bool
+) -> tuple[dict[str, Any], dict[str, dict[str, ExecutionMetrics]]]:
     """Trains, selects and evaluates on one market; writes its artifacts into ``out_dir``.
 
+    ``market.mode`` picks where the policy ``PPO`` trains: the static market, the
+    dynamic one, or both at once (hybrid, :func:`serl_jax.rl.hybrid.make_hybrid_trainer`).
+    Outside the static mode a ``PPO-static`` policy is trained too, and every policy is
+    scored in both markets, so the cost of ignoring impact is visible.
+
     Returns:
-        The market's entry of ``metrics.json`` and the test metrics per policy.
+        The market's entry of ``metrics.json`` and the test metrics per market
+        (``static``, ``dynamic``) and policy.
+
+    Raises:
+        ValueError: no calibrated market parameters for ``spec`` (see
+            :func:`serl_jax.experiment.market_params_path`).
     """
-    env = ExecutionEnv()
-    train_params = cfg.env_params(MarketData.from_episodes(splits.train))
-    val_params = cfg.env_params(MarketData.from_episodes(splits.val))
-    test_params = cfg.env_params(MarketData.from_episodes(splits.test))
-    trained = train_policy(
-        cfg, env, train_params, val_params, progress=progress, description=f"PPO {splits.name}"
-    )
-    policies = {
-        "PPO": (
-            make_ppo_policy(
-                trained.network,
-                cfg.ppo.normalize_obs,
-                action_prior=ACTION_PRIORS[cfg.network.action_prior],
-            ),
-            trained.policy_params,
-        ),
-        **baseline_policies(cfg),
+    mode = cfg.market.mode
+    static_env = ExecutionEnv()
+    params = {
+        split: cfg.env_params(MarketData.from_episodes(splits.split(split)))
+        for split in ("train", "val", "test")
     }
-    results = evaluate_policies(cfg, env, test_params, policies)
+    dynamic = {split: dynamic_env_params(cfg, spec, p, splits.stats) for split, p in params.items()}
+    label = f"PPO {splits.name}"
+    trained_static = None
+    if mode != "static":
+        trained_static = train_policy(
+            cfg,
+            static_env,
+            params["train"],
+            params["val"],
+            progress=progress,
+            description=f"{label} static",
+        )
+    if mode == "hybrid":
+        trained = train_policy(
+            cfg,
+            static_env,
+            params["train"],
+            params["val"],
+            progress=progress,
+            description=f"{label} hybrid",
+            dynamic=(DynamicExecutionEnv(), dynamic["train"]),
+            hybrid=cfg.market.hybrid_config(),
+        )
+    elif mode == "dynamic":
+        trained = train_policy(
+            cfg,
+            DynamicExecutionEnv(),
+            dynamic["train"],
+            dynamic["val"],
+            progress=progress,
+            description=f"{label} dynamic",
+        )
+    else:
+        trained = train_policy(
+            cfg, static_env, params["train"], params["val"], progress=progress, description=label
+        )
+    policies = {"PPO": _ppo_policy(cfg, trained)}
+    if trained_static is not None:
+        policies["PPO-static"] = _ppo_policy(cfg, trained_static)
+    policies.update(baseline_policies(cfg))
+    markets = {"static": params["test"], "dynamic": dynamic["test"]}
+    evaluated = {
+        market: evaluate_policies(cfg, make_env(p), p, policies) for market, p in markets.items()
+    }
+    results = evaluated["static"]
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    obs_size = env.observation_size(train_params)
+    obs_size = static_env.observation_size(params["train"])
     save_policy(
         out_dir / "checkpoint",
         trained.policy_params,
@@ -98,6 +162,7 @@ def run_market(
             "config": cfg.to_dict(),
             "obs_size": obs_size,
             "market": splits.name,
+            "market_mode": mode,
             "selected_seed": trained.selected_seed,
             "validation_pa": trained.validation_pa.tolist(),
             "feature_names": list(splits.train.feature_names),
@@ -111,7 +176,7 @@ def run_market(
         [f"{splits.test.symbols[i]} {splits.test.dates[i]}" for i in plot_days],
         out_dir / "trajectories.png",
     )
-    side = float(test_params.side)
+    side = float(params["test"].side)
     plot_pa_distribution(
         {name: price_advantage(r.outcomes(side)) for name, (_, r) in results.items()},
         out_dir / "pa_distribution.png",
@@ -139,15 +204,24 @@ def run_market(
             "env_steps": trained.env_steps,
             "env_steps_per_second": steps_per_second,
         },
+        "market_mode": mode,
+        "curves_last": {
+            k: float(np.asarray(v)[trained.selected_seed, -1])
+            for k, v in trained.curves.items()
+            if k in ("alpha", "beta", "order_pa_static", "order_pa_dynamic")
+        },
         "policies": {name: m.to_dict() for name, (m, _) in results.items()},
-    }, {name: m for name, (m, _) in results.items()}
+        "policies_dynamic": {name: m.to_dict() for name, (m, _) in evaluated["dynamic"].items()},
+    }, {market: {n: m for n, (m, _) in r.items()} for market, r in evaluated.items()}
 
 
 def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
     """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``)."""
     try:
-        markets = [load_splits(cfg, spec) for spec in cfg.data.markets]
-    except DataError as err:
+        markets = [(spec, load_splits(cfg, spec)) for spec in cfg.data.markets]
+        for spec, _ in markets:
+            market_params_path(cfg, spec)  # fail before training, not after
+    except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
@@ -158,12 +232,15 @@ def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
 
     report: dict[str, Any] = {"run": name, "markets": {}}
     table_rows = {}
-    for splits in markets:
+    for spec, splits in markets:
         if not quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
-        entry, test_metrics = run_market(cfg, splits, staging / splits.name, progress=not quiet)
-        for policy, metrics in test_metrics.items():
-            table_rows[(splits.name, policy)] = metrics
+        entry, test_metrics = run_market(
+            cfg, spec, splits, staging / splits.name, progress=not quiet
+        )
+        for market, by_policy in test_metrics.items():
+            for policy, metrics in by_policy.items():
+                table_rows[(f"{splits.name} {market}", policy)] = metrics
         report["markets"][splits.name] = entry
 
     table = format_table(table_rows)
@@ -292,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         help="DEK levels: high = in-context examples + instruction refinement, "
         "low = LoRA fine-tuning of an hf: model (default: dek.level)",
     )
+    parser.add_argument(
+        "--env",
+        choices=["static", "dynamic", "hybrid"],
+        help="market PPO trains in with --llm none (default: market.mode, hybrid)",
+    )
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue an SE-RL run folder")
     parser.add_argument("--data", help="one dataset (folder or file) instead of the samples")
     parser.add_argument("--out", help="parent folder of run folders (default: run.out)")
@@ -303,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = {
         "loop.llm": args.llm, "loop.model": args.model, "loop.iterations": args.iterations,
         "loop.candidates": args.candidates, "loop.workers": args.workers,
-        "dek.level": args.dek,
+        "dek.level": args.dek, "market.mode": args.env,
         "run.seed": args.seed, "run.out": args.out,
     }  # fmt: skip
     overrides = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]

@@ -20,7 +20,17 @@ def tiny_run(tmp_path_factory):
     """One plain-PPO ``python -m serl_jax.train --llm none`` run on the US sample (tiny)."""
     out = tmp_path_factory.mktemp("runs")
     code = train.main(
-        ["--config", TINY, "--out", str(out), "--quiet", "--data", "sample:us_1min", "--llm", "none"]
+        [
+            "--config",
+            TINY,
+            "--out",
+            str(out),
+            "--quiet",
+            "--data",
+            "sample:us_1min",
+            "--llm",
+            "none",
+        ]
     )
     assert code == 0
     (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
@@ -36,14 +46,24 @@ def test_train_writes_a_complete_run_folder(tiny_run):
     assert (market / "checkpoint" / "policy.msgpack").is_file()
     report = json.loads((tiny_run / "metrics.json").read_text())
     entry = report["markets"]["us_1min"]
-    assert set(entry["policies"]) == {"PPO", "TWAP", "VWAP", "AC"}
+    names = {"PPO", "PPO-static", "TWAP", "VWAP", "AC", "Immediate"}
+    assert set(entry["policies"]) == names  # hybrid (the default) trains PPO-static too
+    assert set(entry["policies_dynamic"]) == names
+    assert entry["market_mode"] == "hybrid"
+    last = entry["curves_last"]
+    assert last["alpha"] + last["beta"] == pytest.approx(1.0)
+    assert 0.1 <= last["alpha"] <= 0.9
     assert entry["data"]["episodes"] == {"train": 12, "val": 4, "test": 4}
     for metrics in entry["policies"].values():
         assert metrics["n_orders"] == 4
         assert metrics["AFI"]["value"] == 0.0  # forced liquidation fills everything
     assert entry["timing"]["compile_seconds"] > 0
     assert len(entry["selection"]["validation_pa_per_seed"]) == 2
-    assert "PPO" in (tiny_run / "results.txt").read_text()
+    results = (tiny_run / "results.txt").read_text()
+    assert "us_1min static" in results and "us_1min dynamic" in results
+    # Selling everything at once costs far more where the orders move the price.
+    dynamic_pa = {k: v["PA"]["value"] for k, v in entry["policies_dynamic"].items()}
+    assert dynamic_pa["Immediate"] < dynamic_pa["TWAP"]
 
 
 def test_train_is_deterministic(tiny_run, tmp_path):
@@ -59,6 +79,18 @@ def test_train_is_deterministic(tiny_run, tmp_path):
     second = json.loads((other / "metrics.json").read_text())["markets"]["us_1min"]
     assert first["policies"] == second["policies"]
     assert first["selection"] == second["selection"]
+
+
+def test_evaluate_in_the_dynamic_market(capsys):
+    code = evaluate.main(
+        ["--data", "sample:us_1min", "--env", "dynamic", "--json"]
+        + ["--policy", "twap", "--policy", "immediate"]
+    )
+    assert code == 0
+    records = {r["policy"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert records["Immediate"]["PA"]["value"] < records["TWAP"]["PA"]["value"]
+    code = evaluate.main(["--data", str(ROOT / "configs"), "--env", "dynamic"])
+    assert code == 2
 
 
 def test_evaluate_checkpoint_and_baselines_as_json(tiny_run, capsys):

@@ -3,6 +3,7 @@
 from serl_jax.baselines.policies import (
     almgren_chriss_eta,
     almgren_chriss_policy,
+    immediate_policy,
     twap_policy,
     vwap_policy,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "almgren_chriss_kappa",
     "almgren_chriss_policy",
     "almgren_chriss_remaining",
+    "immediate_policy",
     "twap_policy",
     "twap_remaining",
     "vwap_policy",

@@ -34,6 +34,17 @@ def twap_policy(policy_params, key: jax.Array, obs, state: EnvState, params: Env
     return action_from_target(_remaining_fraction(state), target)
 
 
+def immediate_policy(policy_params, key: jax.Array, obs, state: EnvState, params: EnvParams):
+    """Trade everything at once: action 1 at every step.
+
+    In the dynamic market (no participation cap) the whole parent order goes to the book
+    at ``t = 0``: the reference point for market impact. The static environment still
+    caps each child order at ``participation_cap`` of the minute's volume.
+    """
+    del policy_params, key, obs, state, params
+    return jnp.float32(1.0)
+
+
 def vwap_policy(policy_params, key: jax.Array, obs, state: EnvState, params: EnvParams):
     """Follows the symbol's intraday volume profile estimated on training days only.
 

@@ -408,12 +408,18 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             last_price=jnp.where(qty > 0, exec_price, price),
             last_market_price=price,
         )
+        return self.finish_step(state, fraction, next_state, params, qty, exec_price, price)
+
+    def finish_step(self, state, fraction, next_state, params, qty, exec_price, market_price):
+        """Reward, termination, observation and ``info`` of a step: the part of
+        ``step_env`` every market shares (``qty`` shares filled at ``exec_price``,
+        ``market_price`` the minute's reference price)."""
         reward = total_reward(self.reward_fn(state, fraction, next_state, params))
         terminated = self.is_terminated(next_state, params)
         info = {
             "exec_qty": qty,
             "exec_price": exec_price,
-            "market_price": price,
+            "market_price": market_price,
             "benchmark_price": next_state.benchmark_price,
             "quantity": next_state.quantity,
             "executed": next_state.executed,
@@ -427,21 +433,31 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
     ) -> jnp.ndarray:
         """Observation ``[4 + lookback * F]`` float32 (see the class docstring)."""
         del key
-        data = params.data
+        n_slots = params.data.num_slots
         slot = state.start + state.time
         time_left = safe_divide(
             (state.window_len - state.time).astype(jnp.float32),
             state.window_len.astype(jnp.float32),
         )
         inventory_left = safe_divide(state.inventory, state.quantity)
-        last_seen = data.price[state.episode, jnp.clip(slot - 1, 0, data.num_slots - 1)]
+        last_seen = self.history_price(state, params, jnp.clip(slot - 1, 0, n_slots - 1))
         move_pct = jnp.where(slot > 0, (last_seen / state.arrival_price - 1.0) * 100.0, 0.0)
         past = slot - params.lookback + jnp.arange(params.lookback)
-        features = data.features[state.episode, jnp.clip(past, 0, data.num_slots - 1)]
+        features = self.history_features(state, params, jnp.clip(past, 0, n_slots - 1))
         features = jnp.where((past >= 0)[:, None], features, 0.0)
         steps_left = jnp.maximum(state.window_len - state.time, 1).astype(jnp.float32)
         private = jnp.stack([time_left, jnp.log(steps_left), inventory_left, move_pct])
         return jnp.concatenate([private, features.reshape(-1)]).astype(jnp.float32)
+
+    def history_price(self, state: EnvState, params: EnvParams, slot: jnp.ndarray) -> jnp.ndarray:
+        """Price of an observed slot of the episode's day (the replayed bar), float32."""
+        return params.data.price[state.episode, slot]
+
+    def history_features(
+        self, state: EnvState, params: EnvParams, slots: jnp.ndarray
+    ) -> jnp.ndarray:
+        """Normalized market features ``[len(slots), F]`` of observed slots (replayed)."""
+        return params.data.features[state.episode, slots]
 
     def is_terminated(self, state: EnvState, params: EnvParams) -> jnp.ndarray:
         """The order ends when its window is over."""

@@ -1,7 +1,9 @@
-"""PPO + GAE in JAX, the network slot, the action distribution and checkpoints."""
+"""PPO + GAE in JAX (plain and hybrid static + dynamic market), the network slot, the action
+distribution and checkpoints."""
 
 from serl_jax.rl.checkpoint import CheckpointError, load_policy, save_policy
 from serl_jax.rl.distributions import LogitNormal
+from serl_jax.rl.hybrid import HybridConfig, adapt_weights, make_hybrid_trainer
 from serl_jax.rl.networks import ActorCritic, make_network
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
@@ -18,14 +20,17 @@ from serl_jax.rl.ppo import (
 __all__ = [
     "ActorCritic",
     "CheckpointError",
+    "HybridConfig",
     "LogitNormal",
     "PPOConfig",
     "PPOPolicyParams",
     "RunningStats",
     "Trainer",
     "Transition",
+    "adapt_weights",
     "calculate_gae",
     "load_policy",
+    "make_hybrid_trainer",
     "make_network",
     "make_ppo_policy",
     "make_train",

@@ -10,7 +10,10 @@ Continuous Control Using Generalized Advantage Estimation", Eq. 16):
 ``A_t = Σ_l (γλ)^l δ_{t+l}``, ``δ_t = r_t + γ V(s_{t+1}) (1 - done_t) - V(s_t)``.
 
 ``make_trainer`` exposes the same pieces (``init``, ``update``) so the CLI can run updates
-in chunks and show progress between them.
+in chunks and show progress between them. Its building blocks are module-level so that
+other trainers (:mod:`serl_jax.rl.hybrid`) share them: :func:`collect_rollout` (rollout and
+GAE), :func:`ppo_loss` (the minibatch loss) and :func:`run_epochs` (shuffled minibatch
+gradient steps over one or more rollouts).
 """
 
 from __future__ import annotations
@@ -115,6 +118,43 @@ class RunnerState(NamedTuple):
     key: jax.Array
 
 
+class Lanes(NamedTuple):
+    """The parallel episodes of one environment between rollouts.
+
+    Attributes:
+        env_state: the environments' states (leading axis ``[N]``).
+        obs: ``[N, D]`` float32 raw (unnormalized) current observations.
+        episode_return: ``[N]`` float32 reward summed so far in each running episode.
+    """
+
+    env_state: Any
+    obs: jnp.ndarray
+    episode_return: jnp.ndarray
+
+
+class Batch(NamedTuple):
+    """A rollout ready for training: leaves ``[num_steps, N, ...]`` (flattened and split
+    into minibatches by :func:`run_epochs`)."""
+
+    traj: Transition
+    advantages: jnp.ndarray
+    targets: jnp.ndarray
+
+
+class EpisodeSums(NamedTuple):
+    """Sums over the episodes that finished during one rollout.
+
+    Attributes:
+        count: int32 scalar, number of finished episodes.
+        episode_return: float32 scalar, the sum of their returns (scaled reward units).
+        order_pa: float32 scalar, the sum of their orders' price advantage, bps.
+    """
+
+    count: jnp.ndarray
+    episode_return: jnp.ndarray
+    order_pa: jnp.ndarray
+
+
 class Trainer(NamedTuple):
     """``init(key) -> RunnerState``, ``update(RunnerState) -> (RunnerState, metrics)``,
     and ``train(key) -> {"runner_state", "metrics"}`` running all ``num_updates``."""
@@ -194,6 +234,240 @@ def policy_distribution(
     return LogitNormal.from_logits(logits, action_prior(obs)), value
 
 
+def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
+    """Global-norm gradient clipping, then Adam (eps 1e-5) with the learning rate linearly
+    annealed from ``config.lr`` to 0 over ``num_updates * update_epochs * num_minibatches``
+    gradient steps (constant if not ``config.anneal_lr``)."""
+    n_grad_steps = config.num_updates * config.update_epochs * config.num_minibatches
+
+    def learning_rate(count):
+        frac = 1.0 - jnp.minimum(count, n_grad_steps) / n_grad_steps
+        return config.lr * frac
+
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(learning_rate if config.anneal_lr else config.lr, eps=1e-5),
+    )
+
+
+def reset_lanes(env, env_params, key: jax.Array, num_envs: int) -> Lanes:
+    """Resets ``num_envs`` parallel episodes (``vmap`` of ``env.reset``) with ``num_envs``
+    keys split from ``key``; episode returns start at 0."""
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(key, num_envs), env_params
+    )
+    return Lanes(env_state, obs, jnp.zeros(num_envs))
+
+
+def collect_rollout(
+    config: PPOConfig,
+    network: nn.Module,
+    action_prior: ActionPrior,
+    env,
+    env_params,
+    params: Any,
+    obs_stats: RunningStats,
+    lanes: Lanes,
+    key: jax.Array,
+) -> tuple[Lanes, RunningStats, jax.Array, Batch, EpisodeSums]:
+    """Rolls the policy out for ``config.num_steps`` steps in every lane, then GAE.
+
+    A ``lax.scan`` over time of ``vmap(env.step)`` over the ``N = lanes.obs.shape[0]``
+    lanes; each step samples the action logit z from the policy (the env trades
+    ``sigmoid(z)``), merges the next observations into ``obs_stats`` (if
+    ``config.normalize_obs``) and resets a lane's return when its episode ends.
+    Advantages are :func:`calculate_gae` with ``V_T`` the value of the last observation.
+
+    Args:
+        config: PPO hyper-parameters (``num_steps``, ``normalize_obs``, ``gamma``,
+            ``gae_lambda``).
+        network: the network slot; ``params`` its parameters.
+        action_prior: raw observation ``[..., D]`` -> reference action logit ``[...]``.
+        env, env_params: a gymnax-style environment whose ``info`` has ``order_pa``.
+        obs_stats: the observation normalizer before the rollout (the updated one is
+            returned).
+        lanes: the lanes' state before the rollout.
+        key: PRNG key (split once per step; the last one is returned).
+
+    Returns:
+        ``(lanes, obs_stats, key, batch, episodes)``: the lanes after the rollout, the
+        updated normalizer, the next key, the ``[num_steps, N]`` training batch and the
+        sums over the episodes that finished in the rollout.
+    """
+    step_batch = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def _env_step(carry, _):
+        lanes, obs_stats, key = carry
+        env_state, obs, episode_return = lanes
+        key, key_act, key_step = jax.random.split(key, 3)
+        x = obs_stats.normalize(obs) if config.normalize_obs else obs
+        logits, value = network.apply(params, x)
+        prior_logit = action_prior(obs)
+        dist = LogitNormal.from_logits(logits, prior_logit)
+        action = dist.sample(key_act)  # the logit z; the env trades sigmoid(z)
+        log_prob = dist.log_prob(action)
+        step_keys = jax.random.split(key_step, obs.shape[0])
+        next_obs, env_state, reward, terminated, truncated, info = step_batch(
+            step_keys, env_state, LogitNormal.action(action), env_params
+        )
+        done = jnp.logical_or(terminated, truncated)
+        obs_stats = obs_stats.update(next_obs) if config.normalize_obs else obs_stats
+        episode_return = episode_return + reward
+        transition = Transition(
+            done=done,
+            action=action,
+            value=value,
+            reward=reward,
+            log_prob=log_prob,
+            obs=x,
+            prior_logit=prior_logit,
+            order_pa=info["order_pa"],
+        )
+        finished_return = episode_return
+        episode_return = jnp.where(done, 0.0, episode_return)
+        carry = (Lanes(env_state, next_obs, episode_return), obs_stats, key)
+        return carry, (transition, finished_return)
+
+    (lanes, obs_stats, key), (traj, returns) = jax.lax.scan(
+        _env_step, (lanes, obs_stats, key), None, config.num_steps
+    )
+    x_last = obs_stats.normalize(lanes.obs) if config.normalize_obs else lanes.obs
+    _, last_value = network.apply(params, x_last)
+    advantages = calculate_gae(
+        traj.reward, traj.value, traj.done, last_value, config.gamma, config.gae_lambda
+    )
+    episodes = EpisodeSums(
+        count=traj.done.sum(),
+        episode_return=(returns * traj.done).sum(),
+        order_pa=(traj.order_pa * traj.done).sum(),
+    )
+    return lanes, obs_stats, key, Batch(traj, advantages, advantages + traj.value), episodes
+
+
+def ppo_loss(
+    config: PPOConfig, network: nn.Module, params: Any, minibatch: Batch
+) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+    """The PPO loss of one minibatch (flat leading axis ``[B]``).
+
+    ``L = -mean(min(r Â, clip(r, 1-ε, 1+ε) Â)) + c_v L_V - c_e H`` with the probability
+    ratio ``r = π(z|s) / π_old(z|s)``, advantages ``Â`` normalized over the minibatch
+    (Schulman et al. 2017, Eq. 7 and 9), the clipped value loss
+    ``L_V = ½ mean(max((V - G)², (V_old + clip(V - V_old, -ε, ε) - G)²))`` and the mean
+    policy entropy H.
+
+    Returns:
+        ``(L, stats)``: the float32 scalar loss and ``actor_loss``, ``value_loss``,
+        ``entropy``, ``approx_kl`` (``mean((r - 1) - log r)``) and ``clip_frac`` (share of
+        ``|r - 1| > ε``), float32 scalars.
+    """
+    t, adv, tgt = minibatch
+    logits, value = network.apply(params, t.obs)
+    dist = LogitNormal.from_logits(logits, t.prior_logit)
+    log_prob = dist.log_prob(t.action)
+    value_clipped = t.value + jnp.clip(value - t.value, -config.clip_eps, config.clip_eps)
+    value_loss = 0.5 * jnp.maximum((value - tgt) ** 2, (value_clipped - tgt) ** 2).mean()
+    ratio = jnp.exp(log_prob - t.log_prob)
+    adv_n = (adv - adv.mean()) / (adv.std() + 1e-8)
+    surrogate = jnp.minimum(
+        ratio * adv_n,
+        jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv_n,
+    )
+    actor_loss = -surrogate.mean()
+    entropy = dist.entropy().mean()
+    total = actor_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    stats = {
+        "actor_loss": actor_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1.0) - jnp.log(ratio)).mean(),
+        "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_eps).mean(),
+    }
+    return total, stats
+
+
+LossFn = Callable[[Any, tuple[Batch, ...]], tuple[jnp.ndarray, dict[str, jnp.ndarray]]]
+
+
+def run_epochs(
+    config: PPOConfig,
+    train_state: TrainState,
+    key: jax.Array,
+    batches: tuple[Batch, ...],
+    loss_fn: LossFn,
+) -> tuple[TrainState, jax.Array, dict[str, jnp.ndarray]]:
+    """``config.update_epochs`` epochs of minibatch gradient steps over one or more batches.
+
+    Each epoch shuffles every ``[num_steps, N]`` batch on its own (flattened to
+    ``[num_steps * N]``) and splits it into ``config.num_minibatches``; gradient step k
+    minimizes ``loss_fn(params, (minibatch k of batch 0, minibatch k of batch 1, ...))``.
+
+    Args:
+        loss_fn: ``(params, minibatches) -> (loss, stats)``, float32 scalars.
+
+    Returns:
+        ``(train_state, key, losses)``: ``losses`` holds ``total_loss`` (the loss) and
+        every stat, each ``[update_epochs, num_minibatches]``.
+    """
+
+    def _update_minibatch(train_state, minibatches):
+        (total, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            train_state.params, minibatches
+        )
+        train_state = train_state.apply_gradients(grads=grads)
+        return train_state, {"total_loss": total, **stats}
+
+    def _update_epoch(carry, _):
+        train_state, key = carry
+        key, *perm_keys = jax.random.split(key, 1 + len(batches))
+        minibatches = tuple(
+            _shuffled_minibatches(k, batch, config.num_minibatches)
+            for k, batch in zip(perm_keys, batches, strict=True)
+        )
+        train_state, losses = jax.lax.scan(_update_minibatch, train_state, minibatches)
+        return (train_state, key), losses
+
+    (train_state, key), losses = jax.lax.scan(
+        _update_epoch, (train_state, key), None, config.update_epochs
+    )
+    return train_state, key, losses
+
+
+def _shuffled_minibatches(key: jax.Array, batch: Batch, num_minibatches: int) -> Batch:
+    """``[T, N, ...]`` leaves -> shuffled ``[num_minibatches, T * N / num_minibatches, ...]``."""
+    batch_size = batch.advantages.shape[0] * batch.advantages.shape[1]
+    perm = jax.random.permutation(key, batch_size)
+    batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:])[perm], batch)
+    return jax.tree.map(lambda x: x.reshape((num_minibatches, -1) + x.shape[1:]), batch)
+
+
+def episode_metrics(episodes: EpisodeSums) -> dict[str, jnp.ndarray]:
+    """Float32 scalars ``episodes`` (count), ``episode_return`` and ``order_pa`` (bps): the
+    means over the finished episodes, NaN when none finished."""
+    count = episodes.count
+
+    def mean_or_nan(total):
+        return jnp.where(count > 0, total / count, jnp.nan)
+
+    return {
+        "episodes": count.astype(jnp.float32),
+        "episode_return": mean_or_nan(episodes.episode_return),
+        "order_pa": mean_or_nan(episodes.order_pa),
+    }
+
+
+def assemble_trainer(init: Callable, update: Callable, num_updates: int) -> Trainer:
+    """A :class:`Trainer` from ``init`` and ``update``; ``train(key)`` runs ``init`` then
+    ``num_updates`` updates in one ``lax.scan`` and returns ``{"runner_state", "metrics"}``
+    (metrics with a leading ``[num_updates]`` axis)."""
+
+    def train(key: jax.Array) -> dict[str, Any]:
+        runner = init(key)
+        runner, metrics = jax.lax.scan(lambda r, _: update(r), runner, None, num_updates)
+        return {"runner_state": runner, "metrics": metrics}
+
+    return Trainer(init=init, update=update, train=train)
+
+
 def make_trainer(
     config: PPOConfig,
     env,
@@ -219,137 +493,42 @@ def make_trainer(
         ``approx_kl``, ``clip_frac``.
     """
     obs_size = env.observation_space(env_params).shape[0]
-    n_grad_steps = config.num_updates * config.update_epochs * config.num_minibatches
+    tx = make_optimizer(config)
 
-    def learning_rate(count):
-        frac = 1.0 - jnp.minimum(count, n_grad_steps) / n_grad_steps
-        return config.lr * frac
-
-    tx = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(learning_rate if config.anneal_lr else config.lr, eps=1e-5),
-    )
-    reset_batch = jax.vmap(env.reset, in_axes=(0, None))
-    step_batch = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    def loss_fn(params, minibatches):
+        (minibatch,) = minibatches
+        return ppo_loss(config, network, params, minibatch)
 
     def init(key: jax.Array) -> RunnerState:
         key, key_net, key_env = jax.random.split(key, 3)
         params = network.init(key_net, jnp.zeros((obs_size,), jnp.float32))
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
-        obs, env_state = reset_batch(jax.random.split(key_env, config.num_envs), env_params)
+        env_state, obs, episode_return = reset_lanes(env, env_params, key_env, config.num_envs)
         obs_stats = RunningStats.create(obs_size).update(obs)
-        return RunnerState(train_state, env_state, obs, obs_stats, jnp.zeros(config.num_envs), key)
+        return RunnerState(train_state, env_state, obs, obs_stats, episode_return, key)
 
     def update(runner: RunnerState) -> tuple[RunnerState, dict[str, jnp.ndarray]]:
-        def _env_step(carry, _):
-            train_state, env_state, obs, obs_stats, episode_return, key = carry
-            key, key_act, key_step = jax.random.split(key, 3)
-            x = obs_stats.normalize(obs) if config.normalize_obs else obs
-            logits, value = network.apply(train_state.params, x)
-            prior_logit = action_prior(obs)
-            dist = LogitNormal.from_logits(logits, prior_logit)
-            action = dist.sample(key_act)  # the logit z; the env trades sigmoid(z)
-            log_prob = dist.log_prob(action)
-            step_keys = jax.random.split(key_step, config.num_envs)
-            next_obs, env_state, reward, terminated, truncated, info = step_batch(
-                step_keys, env_state, LogitNormal.action(action), env_params
-            )
-            done = jnp.logical_or(terminated, truncated)
-            obs_stats = obs_stats.update(next_obs) if config.normalize_obs else obs_stats
-            episode_return = episode_return + reward
-            transition = Transition(
-                done=done,
-                action=action,
-                value=value,
-                reward=reward,
-                log_prob=log_prob,
-                obs=x,
-                prior_logit=prior_logit,
-                order_pa=info["order_pa"],
-            )
-            ret = (episode_return, done)
-            episode_return = jnp.where(done, 0.0, episode_return)
-            carry = RunnerState(train_state, env_state, next_obs, obs_stats, episode_return, key)
-            return carry, (transition, ret)
-
-        runner, (traj, (returns, dones)) = jax.lax.scan(_env_step, runner, None, config.num_steps)
-        train_state, env_state, last_obs, obs_stats, episode_return, key = runner
-        x_last = obs_stats.normalize(last_obs) if config.normalize_obs else last_obs
-        _, last_value = network.apply(train_state.params, x_last)
-
-        advantages = calculate_gae(
-            traj.reward, traj.value, traj.done, last_value, config.gamma, config.gae_lambda
+        lanes = Lanes(runner.env_state, runner.obs, runner.episode_return)
+        lanes, obs_stats, key, batch, episodes = collect_rollout(
+            config,
+            network,
+            action_prior,
+            env,
+            env_params,
+            runner.train_state.params,
+            runner.obs_stats,
+            lanes,
+            runner.key,
         )
-        targets = advantages + traj.value
-
-        def _update_epoch(carry, _):
-            train_state, key = carry
-            key, key_perm = jax.random.split(key)
-            batch_size = config.num_envs * config.num_steps
-            perm = jax.random.permutation(key_perm, batch_size)
-            batch = (traj, advantages, targets)
-            batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:])[perm], batch)
-            minibatches = jax.tree.map(
-                lambda x: x.reshape((config.num_minibatches, -1) + x.shape[1:]), batch
-            )
-
-            def _update_minibatch(train_state, minibatch):
-                t, adv, tgt = minibatch
-
-                def _loss_fn(params):
-                    logits, value = network.apply(params, t.obs)
-                    dist = LogitNormal.from_logits(logits, t.prior_logit)
-                    log_prob = dist.log_prob(t.action)
-                    value_clipped = t.value + jnp.clip(
-                        value - t.value, -config.clip_eps, config.clip_eps
-                    )
-                    value_loss = (
-                        0.5 * jnp.maximum((value - tgt) ** 2, (value_clipped - tgt) ** 2).mean()
-                    )
-                    ratio = jnp.exp(log_prob - t.log_prob)
-                    adv_n = (adv - adv.mean()) / (adv.std() + 1e-8)
-                    surrogate = jnp.minimum(
-                        ratio * adv_n,
-                        jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv_n,
-                    )
-                    actor_loss = -surrogate.mean()
-                    entropy = dist.entropy().mean()
-                    total = actor_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-                    stats = {
-                        "actor_loss": actor_loss,
-                        "value_loss": value_loss,
-                        "entropy": entropy,
-                        "approx_kl": ((ratio - 1.0) - jnp.log(ratio)).mean(),
-                        "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_eps).mean(),
-                    }
-                    return total, stats
-
-                (total, stats), grads = jax.value_and_grad(_loss_fn, has_aux=True)(
-                    train_state.params
-                )
-                train_state = train_state.apply_gradients(grads=grads)
-                return train_state, {"total_loss": total, **stats}
-
-            train_state, losses = jax.lax.scan(_update_minibatch, train_state, minibatches)
-            return (train_state, key), losses
-
-        (train_state, key), losses = jax.lax.scan(
-            _update_epoch, (train_state, key), None, config.update_epochs
-        )
-        n_done = dones.sum()
+        train_state, key, losses = run_epochs(config, runner.train_state, key, (batch,), loss_fn)
         metrics = {k: v.mean() for k, v in losses.items()}
-        metrics["episodes"] = n_done.astype(jnp.float32)
-        metrics["episode_return"] = jnp.where(n_done > 0, (returns * dones).sum() / n_done, jnp.nan)
-        metrics["order_pa"] = jnp.where(n_done > 0, (traj.order_pa * dones).sum() / n_done, jnp.nan)
-        runner = RunnerState(train_state, env_state, last_obs, obs_stats, episode_return, key)
+        metrics.update(episode_metrics(episodes))
+        runner = RunnerState(
+            train_state, lanes.env_state, lanes.obs, obs_stats, lanes.episode_return, key
+        )
         return runner, metrics
 
-    def train(key: jax.Array) -> dict[str, Any]:
-        runner = init(key)
-        runner, metrics = jax.lax.scan(lambda r, _: update(r), runner, None, config.num_updates)
-        return {"runner_state": runner, "metrics": metrics}
-
-    return Trainer(init=init, update=update, train=train)
+    return assemble_trainer(init, update, config.num_updates)
 
 
 def make_train(

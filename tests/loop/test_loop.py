@@ -137,7 +137,14 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
     best = max(evaluated, key=lambda c: c.score)
     report = json.loads((run_dir / "report.json").read_text())
     assert report["best"]["id"] == best.id
-    assert set(report["test"]) == {f"SE-RL {best.id}", "PPO default", "TWAP", "VWAP", "AC"}
+    assert set(report["test"]) == {
+        f"SE-RL {best.id}",
+        "PPO default",
+        "TWAP",
+        "VWAP",
+        "AC",
+        "Immediate",
+    }
     meta = json.loads((run_dir / "candidates" / best.id / "checkpoint" / "policy.json").read_text())
     assert (meta["reward_code"], meta["network_code"]) == (best.reward_code, best.network_code)
     assert f"SE-RL {best.id}" in (run_dir / "results.txt").read_text()

@@ -1,0 +1,1 @@
+"""Dynamic multi-agent limit-order-book market simulator and its calibration."""

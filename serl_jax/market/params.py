@@ -1,0 +1,153 @@
+"""Parameters of the dynamic market's background agent populations.
+
+Every size is a fraction of the symbol's training mean volume per minute ``V`` (the
+:class:`serl_jax.data.TrainStats` ``mean_minute_volume``, in the data's volume unit), and
+every price distance is in ticks, so one parameter set serves all symbols of a market.
+Probabilities are per trading round; a minute has ``rounds_per_minute`` rounds.
+
+The structure follows ABIDES's reference market (Byrd et al. 2020, "ABIDES: Towards
+High-Fidelity Multi-Agent Market Simulation"): market makers quoting a ladder around the
+mid, noise traders, informed ("value") traders who see a fundamental price first, and
+optional momentum traders. Here the fundamental is the replayed real price path of the
+episode's day, so the simulated mid follows the real day unless orders push it away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from flax import struct
+
+UNKNOWN_OWNER = 0
+MARKET_MAKER = 1
+NOISE_TRADER = 2
+INFORMED_TRADER = 3
+MOMENTUM_TRADER = 4
+FIRST_AGENT_OWNER = 5
+"""Owner ids: background populations 1-4; the learning agents are 5, 6, ... (the
+execution agent of :class:`~serl_jax.envs.dynamic.DynamicExecutionEnv` is 5)."""
+
+OWNER_NAMES = ("unknown", "market_maker", "noise", "informed", "momentum")
+
+AGENT_ORDER_ID = 1 << 30
+"""Order id of agent ``i``'s passive child order is ``AGENT_ORDER_ID + i`` (above every
+id the background populations use)."""
+
+
+@struct.dataclass
+class MarketParams:
+    """Background-agent parameters (float leaves; the ``int`` fields are static shapes).
+
+    Attributes:
+        tick_size: currency per tick (0.01 for the shipped CN and US markets).
+        rounds_per_minute: trading rounds per one-minute step (static).
+        mm_levels: rungs per side of the market makers' ladder (static).
+        mm_half_spread_ticks: distance from the market makers' reference price to their
+            best quotes, ticks (0.5 quotes a one-tick spread around a half-tick mid).
+        mm_level_spacing_ticks: distance between rungs, ticks.
+        mm_size: size of the best rung, fraction of ``V``.
+        mm_size_growth: rung ``k`` (0 = best) holds ``mm_size * (1 + k) ** growth``; with
+            growth 1 the depth within ``d`` ticks grows as ``d**2``, so the price move of a
+            market order of size ``q`` grows as ``sqrt(q)`` (a concave impact curve).
+        mm_skew_ticks: shift of the market makers' reference price per ``V`` of their
+            inventory, ticks (long inventory lowers their quotes).
+        noise_slots: noise-trader order slots per round (static).
+        noise_orders: most resting noise limit orders (static): the oldest is cancelled
+            when a new one arrives, so the book never overflows.
+        noise_market_prob: probability that a slot sends a market order, scaled by the
+            symbol's intraday volume profile (``profile[slot] * T``, mean 1).
+        noise_limit_prob: probability that a slot sends a limit order (same scaling).
+        noise_cancel_prob: probability that a slot without a new order cancels the
+            oldest resting noise order.
+        noise_size: scale of noise order sizes, fraction of ``V``; sizes are
+            ``noise_size * U ** (-1 / noise_tail)`` (Pareto), capped at ``noise_max_size``.
+        noise_tail: Pareto tail exponent of noise sizes (smaller = heavier tail).
+        noise_max_size: cap of noise order sizes, fraction of ``V``.
+        noise_offset_ticks: mean distance of noise limit orders behind the best quote of
+            their side, ticks (geometric; 0 joins or improves the best quote).
+        informed_slots: informed-trader slots per round (static).
+        informed_prob: probability per round that an informed slot trades.
+        informed_threshold_ticks: smallest gap between fundamental and mid that they act on.
+        informed_size: size of an informed limit order at the fundamental, fraction of ``V``.
+        momentum_slots: momentum-trader slots per round (static; 0 disables them).
+        momentum_prob: probability per round that a momentum slot trades when signalled.
+        momentum_fast, momentum_slow: per-round EMA weights of the fast and slow mid
+            averages (in (0, 1]; weight 1 = last mid only).
+        momentum_threshold_bps: gap between the averages that triggers a trade, bps.
+        momentum_size: momentum order size, fraction of ``V``.
+    """
+
+    tick_size: float = 0.01
+    rounds_per_minute: int = struct.field(pytree_node=False, default=6)
+    mm_levels: int = struct.field(pytree_node=False, default=6)
+    mm_half_spread_ticks: float = 0.5
+    mm_level_spacing_ticks: float = 1.0
+    mm_size: float = 0.05
+    mm_size_growth: float = 1.0
+    mm_skew_ticks: float = 0.2
+    noise_slots: int = struct.field(pytree_node=False, default=3)
+    noise_orders: int = struct.field(pytree_node=False, default=24)
+    noise_market_prob: float = 0.2
+    noise_limit_prob: float = 0.5
+    noise_cancel_prob: float = 0.2
+    noise_size: float = 0.02
+    noise_tail: float = 1.5
+    noise_max_size: float = 1.0
+    noise_offset_ticks: float = 1.0
+    informed_slots: int = struct.field(pytree_node=False, default=1)
+    informed_prob: float = 0.5
+    informed_threshold_ticks: float = 0.5
+    informed_size: float = 0.2
+    momentum_slots: int = struct.field(pytree_node=False, default=1)
+    momentum_prob: float = 0.3
+    momentum_fast: float = 0.3
+    momentum_slow: float = 0.05
+    momentum_threshold_bps: float = 5.0
+    momentum_size: float = 0.02
+
+    def __post_init__(self):
+        # Leaves may be tracers under jit/vmap; only the static shapes are checked here.
+        for name in ("rounds_per_minute", "mm_levels", "noise_orders"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"market.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("noise_slots", "informed_slots", "momentum_slots"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"market.{name} must be >= 0, got {getattr(self, name)}")
+
+    def capacity(self, num_agents: int = 1) -> int:
+        """Book slots per side that can never overflow: the market makers' rungs, the
+        noise ring, one order per informed slot and one passive child order per agent
+        (momentum orders never rest)."""
+        return self.mm_levels + self.noise_orders + self.informed_slots + num_agents
+
+    def messages_per_round(self) -> int:
+        """Order-flow messages every round sends to the book (no-ops included)."""
+        market_maker = 8 if self.mm_levels > 1 else 4
+        return 2 * self.informed_slots + self.momentum_slots + 2 * self.noise_slots + market_maker
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], where: str = "market") -> MarketParams:
+        """Builds parameters from a mapping (e.g. a YAML section), checking every key.
+
+        Raises:
+            ValueError: an unknown key or a value of the wrong type, naming ``where.key``.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in values.items():
+            if key not in fields:
+                raise ValueError(f"{where}.{key}: unknown market parameter")
+            default = fields[key].default
+            if isinstance(default, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{where}.{key}: expected a number, got {value!r}")
+            if isinstance(default, int) and not isinstance(default, bool):
+                if not isinstance(value, int):
+                    raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
+            kwargs[key] = type(default)(value)
+        return cls(**kwargs)
+
+    def to_mapping(self) -> dict[str, float | int]:
+        """The parameters as plain Python numbers (for YAML)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

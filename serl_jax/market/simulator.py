@@ -1,0 +1,290 @@
+"""One market: a JAX order book traded by background populations and learning agents.
+
+:func:`reset_market` seeds the book with the market makers' ladder around a reference
+price; :func:`run_minute` first applies the agents' messages (child orders, cancels),
+then ``rounds_per_minute`` trading rounds in which the informed, momentum, noise and
+market-maker populations (:mod:`serl_jax.market.agents`) send their messages through
+:func:`serl_jax.lob.book.apply_messages`. Every trade is settled to its two owners, so
+positions and cash are attributed by owner id (:data:`~serl_jax.market.params.MARKET_MAKER`
+... and the agents from :data:`~serl_jax.market.params.FIRST_AGENT_OWNER` on).
+
+The reference price after every round is the book midpoint, ``P = (p_bid + p_ask) / 2``
+(the last one when a side is empty). Both functions are pure and deterministic given
+the key; ``vmap`` them over markets.
+
+No order or trade is ever lost: the book's capacity is
+:meth:`~serl_jax.market.params.MarketParams.capacity` (the most orders that can rest at
+once) and every message's trade buffer holds ``capacity`` rows (the most orders one
+message can match), so ``overflow_orders``, ``overflow_qty`` and ``dropped_trades`` stay
+0 by construction; the tests assert it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from serl_jax.lob.book import Book, BookSide, Message, Trades, apply_messages, empty_book
+from serl_jax.market.agents import (
+    NOISE_UNIFORMS,
+    NoiseBook,
+    informed_orders,
+    market_maker_orders,
+    momentum_orders,
+    noise_orders,
+    round_view,
+    shares,
+)
+from serl_jax.market.params import FIRST_AGENT_OWNER, MARKET_MAKER, MarketParams
+
+
+@struct.dataclass
+class MarketState:
+    """State of one simulated market (add a leading axis with ``vmap``).
+
+    Attributes:
+        book: the order book (capacity ``params.capacity(num_agents)``).
+        position: ``int32[O]`` net shares bought per owner id since reset.
+        cash: ``float32[O]`` cash per owner since reset, ticks x shares (sells add).
+        reference: ``float32`` the last mid, ticks.
+        ema_fast, ema_slow: ``float32`` the momentum traders' mid averages, ticks.
+        next_order_id: ``int32`` first unused order id.
+        round: ``int32`` rounds run since reset (the market makers' rung cursor).
+        noise: the noise traders' resting orders.
+        informed: the informed traders' resting orders (one per slot).
+    """
+
+    book: Book
+    position: jax.Array
+    cash: jax.Array
+    reference: jax.Array
+    ema_fast: jax.Array
+    ema_slow: jax.Array
+    next_order_id: jax.Array
+    round: jax.Array
+    noise: NoiseBook
+    informed: NoiseBook
+
+    @property
+    def num_owners(self) -> int:
+        """O, the static number of owner ids (background populations plus agents)."""
+        return self.position.shape[-1]
+
+
+@struct.dataclass
+class MinuteSummary:
+    """What happened in one minute (scalars, or ``[...]`` under ``vmap``).
+
+    Attributes:
+        mid: ``float32`` mid at the end of the minute, ticks.
+        high, low: ``float32`` highest and lowest mid seen after any round, ticks.
+        volume: ``int32`` shares traded in the minute (each trade counted once).
+        position_change: ``int32[O]`` net shares bought per owner in the minute.
+        cash_change: ``float32[O]`` cash per owner in the minute, ticks x shares.
+        spread: ``float32`` best ask - best bid at the end, ticks (NaN if one-sided).
+        bid_depth, ask_depth: ``int32`` shares at the best bid and ask at the end.
+    """
+
+    mid: jax.Array
+    high: jax.Array
+    low: jax.Array
+    volume: jax.Array
+    position_change: jax.Array
+    cash_change: jax.Array
+    spread: jax.Array
+    bid_depth: jax.Array
+    ask_depth: jax.Array
+
+
+def _ladder_side(prices, sizes, capacity: int, first_arrival: int) -> BookSide:
+    levels = prices.shape[0]
+
+    def pad(x):
+        return jnp.pad(jnp.asarray(x, jnp.int32), (0, capacity - levels))
+
+    return BookSide(
+        price=pad(prices),
+        qty=pad(sizes),
+        order_id=pad(jnp.arange(1, levels + 1)),
+        owner=pad(jnp.full((levels,), MARKET_MAKER)),
+        arrival=pad(first_arrival + jnp.arange(levels)),
+    )
+
+
+def reset_market(reference, volume_unit, params: MarketParams, num_agents: int = 1) -> MarketState:
+    """A market holding only the market makers' full ladder around ``reference``.
+
+    Args:
+        reference: ``float32`` reference (mid) price, ticks (> ``mm_levels`` ticks).
+        volume_unit: ``float32`` V, the symbol's mean volume per minute, shares.
+        params: market parameters.
+        num_agents: static number of learning agents (owner ids 5 .. 5 + n - 1).
+
+    Returns:
+        The :class:`MarketState`; rung ``k`` rests at the prices of
+        :func:`~serl_jax.market.agents.market_maker_orders` with no inventory skew.
+    """
+    reference = jnp.asarray(reference, jnp.float32)
+    levels = params.mm_levels
+    capacity = params.capacity(num_agents)
+    k = jnp.arange(levels, dtype=jnp.float32)
+    distance = params.mm_half_spread_ticks + k * params.mm_level_spacing_ticks
+    sizes = shares(params.mm_size * (1.0 + k) ** params.mm_size_growth, volume_unit)
+    bids = jnp.maximum(jnp.floor(reference - distance), 1)
+    asks = jnp.maximum(jnp.ceil(reference + distance), bids[0] + 1)
+    book = empty_book(capacity).replace(
+        bids=_ladder_side(bids, sizes, capacity, 0),
+        asks=_ladder_side(asks, sizes, capacity, levels),
+        next_arrival=jnp.int32(2 * levels),
+        submitted_qty=2 * sizes.sum(dtype=jnp.int32),
+    )
+    n_owners = FIRST_AGENT_OWNER + num_agents
+    return MarketState(
+        book=book,
+        position=jnp.zeros((n_owners,), jnp.int32),
+        cash=jnp.zeros((n_owners,), jnp.float32),
+        reference=reference,
+        ema_fast=reference,
+        ema_slow=reference,
+        next_order_id=jnp.int32(levels + 1),
+        round=jnp.int32(0),
+        noise=NoiseBook.empty(params.noise_orders),
+        informed=NoiseBook.empty(params.informed_slots),
+    )
+
+
+def settle(trades: Trades, num_owners: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Net shares and cash per owner from a trade buffer of any shape.
+
+    The aggressor of a trade of ``q`` shares at price ``p`` with side ``s`` (+1 buy)
+    gets ``+s q`` shares and ``-s q p`` cash; the passive owner the opposite.
+
+    Returns:
+        ``(position_change int32[O], cash_change float32[O] ticks x shares, volume int32)``.
+    """
+    owners = jnp.arange(num_owners)
+    signed = (trades.aggressor_side * trades.qty)[..., None]
+    by_aggressor = trades.aggressor_owner[..., None] == owners
+    by_passive = trades.passive_owner[..., None] == owners
+    axes = tuple(range(trades.qty.ndim))
+    net = jnp.where(by_aggressor, signed, 0).sum(axes) - jnp.where(by_passive, signed, 0).sum(axes)
+    value = signed.astype(jnp.float32) * trades.price[..., None]
+    cash = jnp.where(by_passive, value, 0.0).sum(axes) - jnp.where(by_aggressor, value, 0.0).sum(
+        axes
+    )
+    return net.astype(jnp.int32), cash, trades.qty.sum(dtype=jnp.int32)
+
+
+def uniforms_per_round(params: MarketParams) -> int:
+    """Uniform draws one round consumes."""
+    return params.informed_slots + params.momentum_slots + NOISE_UNIFORMS * params.noise_slots
+
+
+def _concat(*parts: Message) -> Message:
+    return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
+
+
+def run_minute(
+    state: MarketState,
+    agent_messages: Message,
+    fundamental,
+    activity,
+    volume_unit,
+    key: jax.Array,
+    params: MarketParams,
+) -> tuple[MarketState, MinuteSummary]:
+    """Advances one market by one minute.
+
+    Args:
+        state: the market.
+        agent_messages: the agents' messages for this minute, ``int32[A]`` fields (kind
+            0 for none), applied first in the given order.
+        fundamental: ``float32[rounds_per_minute]`` the fundamental price the informed
+            traders see in each round, ticks.
+        activity: ``float32`` the intraday activity multiplier of the minute (mean 1).
+        volume_unit: ``float32`` V, shares per minute.
+        key: PRNG key of this minute.
+        params: market parameters.
+
+    Returns:
+        ``(state, summary)``.
+    """
+    capacity = state.book.capacity
+    n_owners = state.num_owners
+    book, trades = apply_messages(state.book, agent_messages, max_trades=capacity)
+    position_change, cash_change, volume = settle(trades, n_owners)
+    first_mid = round_view(book, state.reference).reference
+    state = state.replace(book=book, reference=first_mid)
+    n_informed, n_momentum = params.informed_slots, params.momentum_slots
+    u = jax.random.uniform(key, (params.rounds_per_minute, uniforms_per_round(params)))
+
+    def trading_round(carry, inputs):
+        st, position_change, cash_change, volume = carry
+        fundamental, u = inputs
+        view = round_view(st.book, st.reference)
+        informed, informed_ring, next_id = informed_orders(
+            view, st.informed, st.next_order_id, fundamental, u[:n_informed], params, volume_unit
+        )
+        momentum = momentum_orders(
+            st.ema_fast, st.ema_slow, u[n_informed : n_informed + n_momentum], params, volume_unit
+        )
+        noise, ring, next_id = noise_orders(
+            view,
+            st.noise,
+            next_id,
+            u[n_informed + n_momentum :],
+            activity,
+            params,
+            volume_unit,
+        )
+        maker = market_maker_orders(view, st.position[MARKET_MAKER], st.round, params, volume_unit)
+        book, trades = apply_messages(
+            st.book, _concat(informed, momentum, noise, maker), max_trades=capacity
+        )
+        d_position, d_cash, d_volume = settle(trades, n_owners)
+        mid = round_view(book, view.reference).reference
+        st = st.replace(
+            book=book,
+            position=st.position + d_position,
+            cash=st.cash + d_cash,
+            reference=mid,
+            ema_fast=st.ema_fast + params.momentum_fast * (mid - st.ema_fast),
+            ema_slow=st.ema_slow + params.momentum_slow * (mid - st.ema_slow),
+            next_order_id=next_id,
+            round=st.round + 1,
+            noise=ring,
+            informed=informed_ring,
+        )
+        carry = (st, position_change + d_position, cash_change + d_cash, volume + d_volume)
+        return carry, mid
+
+    state = state.replace(position=state.position + position_change, cash=state.cash + cash_change)
+    (state, position_change, cash_change, volume), mids = jax.lax.scan(
+        trading_round,
+        (state, position_change, cash_change, volume),
+        (jnp.asarray(fundamental, jnp.float32), u),
+    )
+    book = state.book
+    two_sided = (book.bids.qty[0] > 0) & (book.asks.qty[0] > 0)
+    summary = MinuteSummary(
+        mid=state.reference,
+        high=jnp.maximum(mids.max(), first_mid),
+        low=jnp.minimum(mids.min(), first_mid),
+        volume=volume,
+        position_change=position_change,
+        cash_change=cash_change,
+        spread=jnp.where(
+            two_sided, (book.asks.price[0] - book.bids.price[0]).astype(jnp.float32), jnp.nan
+        ),
+        bid_depth=_best_level_size(book.bids),
+        ask_depth=_best_level_size(book.asks),
+    )
+    return state, summary
+
+
+def _best_level_size(side: BookSide) -> jax.Array:
+    """Shares resting at the side's best price (0 when empty)."""
+    return jnp.where((side.price == side.price[0]) & (side.qty > 0), side.qty, 0).sum(
+        dtype=jnp.int32
+    )
