@@ -39,17 +39,15 @@ asserted. Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
-import statistics
 import time
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+# Run as a script (python benchmarks/bench_dynamic.py): its folder is on sys.path.
+from bench_env import compile_and_time, machine_description, make_rollout
 
 from serl_jax.data import load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
@@ -65,73 +63,6 @@ IMPACT_SIZES = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 IMPACT_LAGS = (0, 10, 30)  # minutes after the order's minute
 
 
-def machine_description() -> str:
-    """CPU model, core count, jax version and device, one line each."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = models[0] if models else cpu
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    device = jax.devices()[0]
-    return "\n".join(
-        [
-            f"date:    {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
-            f"machine: {cpu}, {cores} cores usable ({platform.system()} {platform.machine()}), "
-            f"load average {os.getloadavg()[0]:.2f}",
-            f"jax:     {jax.__version__}, device {device.platform} ({device.device_kind})",
-        ]
-    )
-
-
-def compile_and_time(fn: Callable, args: tuple, repeats: int) -> tuple[Any, float, float, float]:
-    """AOT-compiles ``jax.jit(fn)`` for ``args``, then times it.
-
-    Returns:
-        ``(output, compile_s, best_s, median_s)``: the run time over ``repeats`` calls
-        after one untimed warm-up call.
-    """
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    out = jax.block_until_ready(compiled(*args))  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t0)
-    return out, compile_s, min(times), statistics.median(times)
-
-
-def make_rollout(env: ExecutionEnv, num_steps: int) -> Callable:
-    """``rollout(obs, state, key, params)``: ``num_steps`` of ``vmap(env.step)``, random actions.
-
-    Returns the final observations and states and the per-lane sums of rewards and order
-    PAs, so that every output the training loop uses stays live.
-    """
-    step_batch = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-
-    def rollout(obs, state, key, params):
-        num_envs = obs.shape[0]
-
-        def one_step(carry, _):
-            obs, state, key, reward_sum, pa_sum = carry
-            key, key_act, key_step = jax.random.split(key, 3)
-            action = jax.random.uniform(key_act, (num_envs,))
-            step_keys = jax.random.split(key_step, num_envs)
-            obs, state, reward, _, _, info = step_batch(step_keys, state, action, params)
-            return (obs, state, key, reward_sum + reward, pa_sum + info["order_pa"]), None
-
-        zeros = jnp.zeros(num_envs, jnp.float32)
-        carry = (obs, state, key, zeros, zeros)
-        carry, _ = jax.lax.scan(one_step, carry, None, num_steps)
-        return carry
-
-    return rollout
-
-
 def messages_per_step(market: MarketParams) -> int:
     """Book messages per one-minute step: 2 agent messages plus the background rounds."""
     return 2 + market.rounds_per_minute * market.messages_per_round()
@@ -142,7 +73,7 @@ def time_env(env, params, n: int, num_steps: int, repeats: int) -> tuple[float, 
     reset_batch = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
     obs, state = reset_batch(jax.random.split(jax.random.key(n), n), params)
     args = (obs, state, jax.random.key(0), params)
-    _, compile_s, best_s, _ = compile_and_time(make_rollout(env, num_steps), args, repeats)
+    _, compile_s, best_s, _ = compile_and_time(make_rollout(env.step, num_steps), args, repeats)
     return n * num_steps / best_s, compile_s
 
 
@@ -341,6 +272,7 @@ def main() -> None:
     static_params = EnvParams(data=MarketData.from_episodes(episodes))
     dynamic_params = DynamicEnvParams.from_static(static_params, splits.stats, MarketParams())
     print(machine_description())
+    print(f"load average {os.getloadavg()[0]:.2f}")
     print(
         f"data:    cn_1min training days, {episodes.price.shape[0]} symbol-days x "
         f"{episodes.price.shape[1]} slots; default EnvParams and MarketParams "

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from serl_jax.envs.execution import EnvParams, twap_action_prior
+from serl_jax.rl.hybrid import HybridConfig
 from serl_jax.rl.ppo import PPOConfig, no_action_prior
 
 ACTION_PRIORS = {"twap": twap_action_prior, "none": no_action_prior}
@@ -250,10 +251,8 @@ class MarketConfig:
     min_weight: float = 0.1
     adapt_weights: bool = True
 
-    def hybrid_config(self):
+    def hybrid_config(self) -> HybridConfig:
         """The :class:`serl_jax.rl.hybrid.HybridConfig` of these settings."""
-        from serl_jax.rl.hybrid import HybridConfig
-
         return HybridConfig(
             dynamic_envs=self.dynamic_envs,
             alpha_init=self.alpha_init,

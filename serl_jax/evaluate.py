@@ -40,6 +40,7 @@ from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
     baseline_policies,
+    calibrated_market,
     dynamic_env_params,
     evaluate_policies,
     make_env,
@@ -96,7 +97,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     episodes = build_episodes(bars if args.split == "all" else splits["test"], stats)
     env_params = cfg.env_params(MarketData.from_episodes(episodes))
     if args.env == "dynamic":
-        env_params = dynamic_env_params(cfg, args.data, env_params, stats)
+        market = calibrated_market(cfg, args.data)
+        env_params = dynamic_env_params(cfg, market, env_params, stats)
     env = make_env(env_params)
 
     baselines = baseline_policies(cfg)

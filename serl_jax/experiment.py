@@ -25,6 +25,7 @@ from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.evaluation import Rollout, rollout
+from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.networks import make_network
@@ -79,14 +80,16 @@ def market_params_path(cfg: Config, spec: str) -> Path:
     return path
 
 
-def dynamic_env_params(
-    cfg: Config, spec: str, static_params: EnvParams, stats: TrainStats
-) -> DynamicEnvParams:
-    """The dynamic-market twin of ``static_params`` with the market's calibrated
-    parameters (raises ``ValueError`` as :func:`market_params_path`)."""
-    from serl_jax.market.calibrate import load_market_params
+def calibrated_market(cfg: Config, spec: str) -> MarketParams:
+    """The market's calibrated background parameters (raises ``ValueError`` as
+    :func:`market_params_path` and :func:`serl_jax.market.params.load_market_params`)."""
+    return load_market_params(market_params_path(cfg, spec))
 
-    market = load_market_params(market_params_path(cfg, spec))
+
+def dynamic_env_params(
+    cfg: Config, market: MarketParams, static_params: EnvParams, stats: TrainStats
+) -> DynamicEnvParams:
+    """The dynamic-market twin of ``static_params`` with ``cfg.market.child_order``."""
     return DynamicEnvParams.from_static(static_params, stats, market, cfg.market.child_order)
 
 

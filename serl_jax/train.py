@@ -61,19 +61,24 @@ from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
     baseline_policies,
+    calibrated_market,
     dynamic_env_params,
     evaluate_policies,
     load_splits,
     make_env,
-    market_params_path,
     train_policy,
 )
 from serl_jax.loop import RunStore, SERLLoop, StoreError
 from serl_jax.loop.report import write_report
+from serl_jax.market.params import MarketParams
 from serl_jax.metrics import ExecutionMetrics, format_table, price_advantage
 from serl_jax.plots import plot_pa_distribution, plot_training_curve, plot_trajectories
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.policy import make_ppo_policy
+
+
+def _finite_or_none(x) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 def _ppo_policy(cfg: Config, trained) -> tuple[Any, Any]:
@@ -84,7 +89,7 @@ def _ppo_policy(cfg: Config, trained) -> tuple[Any, Any]:
 
 
 def run_market(
-    cfg: Config, spec: str, splits: MarketSplits, out_dir: Path, progress: bool
+    cfg: Config, market: MarketParams, splits: MarketSplits, out_dir: Path, progress: bool
 ) -> tuple[dict[str, Any], dict[str, dict[str, ExecutionMetrics]]]:
     """Trains, selects and evaluates on one market; writes its artifacts into ``out_dir``.
 
@@ -93,13 +98,12 @@ def run_market(
     Outside the static mode a ``PPO-static`` policy is trained too, and every policy is
     scored in both markets, so the cost of ignoring impact is visible.
 
+    Args:
+        market: the calibrated background parameters of the dynamic market.
+
     Returns:
         The market's entry of ``metrics.json`` and the test metrics per market
         (``static``, ``dynamic``) and policy.
-
-    Raises:
-        ValueError: no calibrated market parameters for ``spec`` (see
-            :func:`serl_jax.experiment.market_params_path`).
     """
     mode = cfg.market.mode
     static_env = ExecutionEnv()
@@ -107,7 +111,9 @@ def run_market(
         split: cfg.env_params(MarketData.from_episodes(splits.split(split)))
         for split in ("train", "val", "test")
     }
-    dynamic = {split: dynamic_env_params(cfg, spec, p, splits.stats) for split, p in params.items()}
+    dynamic = {
+        split: dynamic_env_params(cfg, market, p, splits.stats) for split, p in params.items()
+    }
     label = f"PPO {splits.name}"
     trained_static = None
     if mode != "static":
@@ -205,8 +211,9 @@ def run_market(
             "env_steps_per_second": steps_per_second,
         },
         "market_mode": mode,
+        # last update of the selected seed; null where no episode finished in it
         "curves_last": {
-            k: float(np.asarray(v)[trained.selected_seed, -1])
+            k: _finite_or_none(np.asarray(v)[trained.selected_seed, -1])
             for k, v in trained.curves.items()
             if k in ("alpha", "beta", "order_pa_static", "order_pa_dynamic")
         },
@@ -218,9 +225,10 @@ def run_market(
 def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
     """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``)."""
     try:
-        markets = [(spec, load_splits(cfg, spec)) for spec in cfg.data.markets]
-        for spec, _ in markets:
-            market_params_path(cfg, spec)  # fail before training, not after
+        # every input is read before training starts, so bad input fails in seconds
+        markets = [
+            (calibrated_market(cfg, spec), load_splits(cfg, spec)) for spec in cfg.data.markets
+        ]
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -232,15 +240,15 @@ def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
 
     report: dict[str, Any] = {"run": name, "markets": {}}
     table_rows = {}
-    for spec, splits in markets:
+    for market_params, splits in markets:
         if not quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
         entry, test_metrics = run_market(
-            cfg, spec, splits, staging / splits.name, progress=not quiet
+            cfg, market_params, splits, staging / splits.name, progress=not quiet
         )
-        for market, by_policy in test_metrics.items():
+        for kind, by_policy in test_metrics.items():
             for policy, metrics in by_policy.items():
-                table_rows[(f"{splits.name} {market}", policy)] = metrics
+                table_rows[(f"{splits.name} {kind}", policy)] = metrics
         report["markets"][splits.name] = entry
 
     table = format_table(table_rows)

@@ -51,10 +51,11 @@ class RoundView:
 def round_view(book: Book, last_reference: jax.Array) -> RoundView:
     """The :class:`RoundView` of ``book``.
 
-    With one side empty (e.g. swept by a large order) the reference is the last mid moved
-    to half a tick inside the remaining best quote if that is further (a swept bid side
-    leaves the reference at most ``best_ask - 0.5``); with both sides empty it is
-    ``last_reference`` (ticks).
+    With one side empty (e.g. swept by a large order) the reference is ``last_reference``
+    (ticks: the last mid, or the last trade price after a sweep, see
+    :func:`serl_jax.market.simulator.last_trade_price`) moved to half a tick inside the
+    remaining best quote if that is further (a swept bid side leaves the reference at
+    most ``best_ask - 0.5``); with both sides empty it is ``last_reference``.
     """
     has_bid, has_ask = book.bids.qty[0] > 0, book.asks.qty[0] > 0
     best_bid, best_ask = book.bids.price[0], book.asks.price[0]

@@ -51,7 +51,8 @@ from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
-from serl_jax.market.params import MarketParams
+from serl_jax.lob.queries import spread, top_levels
+from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.market.statistics import (
     MarketStatistics,
     comparison_table,
@@ -78,41 +79,20 @@ population present, so a fit that cannot match all targets at once leaves a work
 market and shows the mismatch in the table instead of switching a population off."""
 
 
-def load_market_params(path: str | Path) -> MarketParams:
-    """Reads :class:`MarketParams` from a YAML file (a ``market:`` mapping).
-
-    Raises:
-        ValueError: unreadable file, no ``market`` mapping, or a bad key (named).
-    """
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ValueError(f"{path}: cannot read market parameters ({err})") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("market"), dict):
-        raise ValueError(f"{path}: expected a 'market:' mapping of MarketParams fields")
-    return MarketParams.from_mapping(raw["market"], where=f"{path}: market")
-
-
 def _no_order(policy_params, key, obs, state, params):
     return jnp.float32(0.0)
 
 
 def _minute_record(prev_state, action, next_state, params):
     book = next_state.market.book
-    two_sided = (book.bids.qty[0] > 0) & (book.asks.qty[0] > 0)
-    spread = (book.asks.price[0] - book.bids.price[0]).astype(jnp.float32)
-
-    def best_size(side):
-        return jnp.where((side.price == side.price[0]) & (side.qty > 0), side.qty, 0).sum()
-
+    best = top_levels(book, 1)
     return {
         "mid": next_state.market.reference,
         # filled_qty counts both sides of every trade
         "volume": (book.filled_qty - prev_state.market.book.filled_qty) / 2,
-        "spread": jnp.where(two_sided, spread, jnp.nan),
-        "bid_depth": best_size(book.bids),
-        "ask_depth": best_size(book.asks),
+        "spread": spread(book),
+        "bid_depth": best.bid_size[0],
+        "ask_depth": best.ask_size[0],
     }
 
 

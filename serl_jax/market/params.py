@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import yaml
 from flax import struct
 
 UNKNOWN_OWNER = 0
@@ -151,3 +153,19 @@ class MarketParams:
     def to_mapping(self) -> dict[str, float | int]:
         """The parameters as plain Python numbers (for YAML)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def load_market_params(path: str | Path) -> MarketParams:
+    """Reads :class:`MarketParams` from a YAML file (a ``market:`` mapping).
+
+    Raises:
+        ValueError: unreadable file, no ``market`` mapping, or a bad key (named).
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"{path}: cannot read market parameters ({err})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("market"), dict):
+        raise ValueError(f"{path}: expected a 'market:' mapping of MarketParams fields")
+    return MarketParams.from_mapping(raw["market"], where=f"{path}: market")

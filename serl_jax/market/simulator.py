@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from serl_jax.lob.book import Book, BookSide, Message, Trades, apply_messages, empty_book
+from serl_jax.lob.queries import spread, top_levels
 from serl_jax.market.agents import (
     NOISE_UNIFORMS,
     NoiseBook,
@@ -176,6 +177,20 @@ def settle(trades: Trades, num_owners: int) -> tuple[jax.Array, jax.Array, jax.A
     return net.astype(jnp.int32), cash, trades.qty.sum(dtype=jnp.int32)
 
 
+def last_trade_price(trades: Trades, fallback) -> jax.Array:
+    """``float32`` price of the last trade in a buffer ``[M, max_trades]`` (execution
+    order), ticks; ``fallback`` when nothing traded.
+
+    This is the reference :func:`~serl_jax.market.agents.round_view` falls back on when
+    a side is empty: after an order sweeps a side, the price it reached, not the mid
+    before it, is where the market makers quote again.
+    """
+    price = trades.price.reshape(-1)
+    traded = trades.qty.reshape(-1) > 0
+    last = jnp.where(traded, jnp.arange(price.shape[0]), -1).max()
+    return jnp.where(last >= 0, price[jnp.maximum(last, 0)], fallback).astype(jnp.float32)
+
+
 def uniforms_per_round(params: MarketParams) -> int:
     """Uniform draws one round consumes."""
     return params.informed_slots + params.momentum_slots + NOISE_UNIFORMS * params.noise_slots
@@ -214,7 +229,7 @@ def run_minute(
     n_owners = state.num_owners
     book, trades = apply_messages(state.book, agent_messages, max_trades=capacity)
     position_change, cash_change, volume = settle(trades, n_owners)
-    first_mid = round_view(book, state.reference).reference
+    first_mid = round_view(book, last_trade_price(trades, state.reference)).reference
     state = state.replace(book=book, reference=first_mid)
     n_informed, n_momentum = params.informed_slots, params.momentum_slots
     u = jax.random.uniform(key, (params.rounds_per_minute, uniforms_per_round(params)))
@@ -243,7 +258,7 @@ def run_minute(
             st.book, _concat(informed, momentum, noise, maker), max_trades=capacity
         )
         d_position, d_cash, d_volume = settle(trades, n_owners)
-        mid = round_view(book, view.reference).reference
+        mid = round_view(book, last_trade_price(trades, view.reference)).reference
         st = st.replace(
             book=book,
             position=st.position + d_position,
@@ -265,8 +280,7 @@ def run_minute(
         (state, position_change, cash_change, volume),
         (jnp.asarray(fundamental, jnp.float32), u),
     )
-    book = state.book
-    two_sided = (book.bids.qty[0] > 0) & (book.asks.qty[0] > 0)
+    best = top_levels(state.book, 1)
     summary = MinuteSummary(
         mid=state.reference,
         high=jnp.maximum(mids.max(), first_mid),
@@ -274,17 +288,8 @@ def run_minute(
         volume=volume,
         position_change=position_change,
         cash_change=cash_change,
-        spread=jnp.where(
-            two_sided, (book.asks.price[0] - book.bids.price[0]).astype(jnp.float32), jnp.nan
-        ),
-        bid_depth=_best_level_size(book.bids),
-        ask_depth=_best_level_size(book.asks),
+        spread=spread(state.book),
+        bid_depth=best.bid_size[0],
+        ask_depth=best.ask_size[0],
     )
     return state, summary
-
-
-def _best_level_size(side: BookSide) -> jax.Array:
-    """Shares resting at the side's best price (0 when empty)."""
-    return jnp.where((side.price == side.price[0]) & (side.qty > 0), side.qty, 0).sum(
-        dtype=jnp.int32
-    )

@@ -32,7 +32,8 @@ def test_reset_builds_the_ladder_by_hand():
     params = MarketParams(**QUIET)
     state = reset_market(100.5, 100.0, params)
     book = state.book
-    assert book.capacity == 3 + params.noise_orders + 1
+    # rungs + noise ring + one resting order per informed slot + one per agent
+    assert book.capacity == 3 + params.noise_orders + params.informed_slots + 1
     # rung k: bid floor(100.5 - 0.5 - k), ask ceil(100.5 + 0.5 + k), size round(0.1 * 100 * (1 + k))
     np.testing.assert_array_equal(book.bids.price[:4], [100, 99, 98, 0])
     np.testing.assert_array_equal(book.asks.price[:4], [101, 102, 103, 0])
