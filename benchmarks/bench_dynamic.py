@@ -3,8 +3,8 @@
 All runs use the real A-share sample (``cn_1min``, training days: 100 symbol-days of 240
 one-minute bars), the default ``EnvParams`` (whole-day window, sell order, force
 liquidation at the last slot) and its dynamic twin
-``DynamicEnvParams.from_static(params, stats, MarketParams())`` (default background
-populations, market child orders). Two tables:
+``DynamicEnvParams.from_static(params, stats, market)`` with the calibrated A-share
+market (``configs/market/cn_1min.yaml``; market child orders). Two tables:
 
 1. Throughput: for each number of parallel markets, one jitted function runs a
    ``lax.scan`` over ``--steps`` one-minute steps (default 60) of ``jax.vmap(env.step)``
@@ -53,7 +53,8 @@ from serl_jax.data import load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.envs.market_data import MarketData
-from serl_jax.market.params import MarketParams
+from serl_jax.experiment import CALIBRATED_MARKETS
+from serl_jax.market.params import MarketParams, load_market_params
 
 MARKET_COUNTS = (1, 16, 256, 1024, 4096)
 QUICK_MARKET_COUNTS = (1, 16, 256)
@@ -270,12 +271,13 @@ def main() -> None:
     splits = load_market(sample_path("cn_1min"))
     episodes = splits.train
     static_params = EnvParams(data=MarketData.from_episodes(episodes))
-    dynamic_params = DynamicEnvParams.from_static(static_params, splits.stats, MarketParams())
+    market = load_market_params(CALIBRATED_MARKETS / "cn_1min.yaml")
+    dynamic_params = DynamicEnvParams.from_static(static_params, splits.stats, market)
     print(machine_description())
     print(f"load average {os.getloadavg()[0]:.2f}")
     print(
         f"data:    cn_1min training days, {episodes.price.shape[0]} symbol-days x "
-        f"{episodes.price.shape[1]} slots; default EnvParams and MarketParams "
+        f"{episodes.price.shape[1]} slots; default EnvParams, calibrated cn_1min market "
         f"({dynamic_params.market.rounds_per_minute} rounds/minute, book capacity "
         f"{dynamic_params.market.capacity()}/side)"
     )

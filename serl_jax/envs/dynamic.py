@@ -196,7 +196,13 @@ class DynamicExecutionEnv(ExecutionEnv):
         view = round_view(state.market.book, state.market.reference)
         cancel = 0  # a market child order never rests: nothing to cancel
         if params.child_order == "passive":
-            cancel = CANCEL
+            own = jax.tree.map(
+                lambda b, a: jnp.where(book_side == BUY, b, a),
+                state.market.book.bids,
+                state.market.book.asks,
+            )
+            resting = ((own.order_id == AGENT_ORDER_ID) & (own.qty > 0)).any()
+            cancel = jnp.where(resting, CANCEL, 0)
             best_own = jnp.where(
                 book_side == SELL,
                 jnp.where(view.has_ask, view.best_ask, jnp.ceil(view.reference + 0.5)),

@@ -10,6 +10,17 @@ High-Fidelity Multi-Agent Market Simulation"): market makers quoting a ladder ar
 mid, noise traders, informed ("value") traders who see a fundamental price first, and
 optional momentum traders. Here the fundamental is the replayed real price path of the
 episode's day, so the simulated mid follows the real day unless orders push it away.
+
+Order flow carries information. The informed traders cannot tell who sends a market
+order, so, as market makers in Kyle (1985) and Glosten-Milgrom (1985), they read net
+aggressive flow as news: their value is the real price times ``exp(I)``, where ``I``
+moves by ``flow_impact_bps`` per ``V`` shares of net market buying by the other traders
+(noise, momentum, execution agents) and decays with half-life
+``flow_impact_halflife_minutes`` (the resilience of Obizhaeva and Wang (2013)). Without
+it the informed traders would pull the mid back to the real price within a round, so a
+sold parent order would leave no lasting mark; with it, the response of the mid to order
+flow is calibrated to the real one (``flow_impact_per_sigma`` in
+:mod:`serl_jax.market.statistics`, measured on the LOBSTER day).
 """
 
 from __future__ import annotations
@@ -73,6 +84,9 @@ class MarketParams:
         informed_prob: probability per round that an informed slot trades.
         informed_threshold_ticks: smallest gap between fundamental and mid that they act on.
         informed_size: size of an informed limit order at the fundamental, fraction of ``V``.
+        flow_impact_bps: shift of the informed traders' value per ``V`` shares of net
+            aggressive buying (selling: negative) by the other traders, bps.
+        flow_impact_halflife_minutes: half-life of that shift, minutes (> 0).
         momentum_slots: momentum-trader slots per round (static; 0 disables them).
         momentum_prob: probability per round that a momentum slot trades when signalled.
         momentum_fast, momentum_slow: per-round EMA weights of the fast and slow mid
@@ -102,6 +116,8 @@ class MarketParams:
     informed_prob: float = 0.5
     informed_threshold_ticks: float = 0.5
     informed_size: float = 0.2
+    flow_impact_bps: float = 5.0
+    flow_impact_halflife_minutes: float = 30.0
     momentum_slots: int = struct.field(pytree_node=False, default=1)
     momentum_prob: float = 0.3
     momentum_fast: float = 0.3

@@ -8,9 +8,11 @@ market-maker populations (:mod:`serl_jax.market.agents`) send their messages thr
 positions and cash are attributed by owner id (:data:`~serl_jax.market.params.MARKET_MAKER`
 ... and the agents from :data:`~serl_jax.market.params.FIRST_AGENT_OWNER` on).
 
-The reference price after every round is the book midpoint, ``P = (p_bid + p_ask) / 2``
-(the last one when a side is empty). Both functions are pure and deterministic given
-the key; ``vmap`` them over markets.
+The informed traders learn from the order flow they see (:func:`learn_from_flow`), so
+a parent order's selling lowers the value they quote toward, and the impact stays
+until it decays. The reference price after every round is the book midpoint,
+``P = (p_bid + p_ask) / 2`` (the last trade price when a side is empty). Both functions
+are pure and deterministic given the key; ``vmap`` them over markets.
 
 No order or trade is ever lost: the book's capacity is
 :meth:`~serl_jax.market.params.MarketParams.capacity` (the most orders that can rest at
@@ -37,7 +39,12 @@ from serl_jax.market.agents import (
     round_view,
     shares,
 )
-from serl_jax.market.params import FIRST_AGENT_OWNER, MARKET_MAKER, MarketParams
+from serl_jax.market.params import (
+    FIRST_AGENT_OWNER,
+    INFORMED_TRADER,
+    MARKET_MAKER,
+    MarketParams,
+)
 
 
 @struct.dataclass
@@ -54,6 +61,10 @@ class MarketState:
         round: ``int32`` rounds run since reset (the market makers' rung cursor).
         noise: the noise traders' resting orders.
         informed: the informed traders' resting orders (one per slot).
+        flow_impact: ``float32`` the informed traders' value shift learned from order
+            flow, log price (their value is the fundamental times ``exp(flow_impact)``).
+        signed_volume: ``int32`` net aggressive volume since reset, shares (buyer- minus
+            seller-initiated; a counter, like the book's ``filled_qty``).
     """
 
     book: Book
@@ -66,6 +77,8 @@ class MarketState:
     round: jax.Array
     noise: NoiseBook
     informed: NoiseBook
+    flow_impact: jax.Array
+    signed_volume: jax.Array
 
     @property
     def num_owners(self) -> int:
@@ -85,6 +98,8 @@ class MinuteSummary:
         cash_change: ``float32[O]`` cash per owner in the minute, ticks x shares.
         spread: ``float32`` best ask - best bid at the end, ticks (NaN if one-sided).
         bid_depth, ask_depth: ``int32`` shares at the best bid and ask at the end.
+        signed_volume: ``int32`` buyer- minus seller-initiated shares in the minute (all
+            aggressors).
     """
 
     mid: jax.Array
@@ -96,6 +111,7 @@ class MinuteSummary:
     spread: jax.Array
     bid_depth: jax.Array
     ask_depth: jax.Array
+    signed_volume: jax.Array
 
 
 def _ladder_side(prices, sizes, capacity: int, first_arrival: int) -> BookSide:
@@ -152,6 +168,8 @@ def reset_market(reference, volume_unit, params: MarketParams, num_agents: int =
         round=jnp.int32(0),
         noise=NoiseBook.empty(params.noise_orders),
         informed=NoiseBook.empty(params.informed_slots),
+        flow_impact=jnp.float32(0.0),
+        signed_volume=jnp.int32(0),
     )
 
 
@@ -191,6 +209,36 @@ def last_trade_price(trades: Trades, fallback) -> jax.Array:
     return jnp.where(last >= 0, price[jnp.maximum(last, 0)], fallback).astype(jnp.float32)
 
 
+def signed_flow(trades: Trades) -> tuple[jax.Array, jax.Array]:
+    """Net aggressive volume of a trade buffer of any shape, shares (buys positive).
+
+    Returns:
+        ``(all_aggressors int32, uninformed float32)``: the second leaves out the
+        informed traders' own orders (the flow they learn from, see
+        :func:`learn_from_flow`).
+    """
+    signed = trades.aggressor_side * trades.qty
+    uninformed = jnp.where(trades.aggressor_owner == INFORMED_TRADER, 0, signed)
+    return signed.sum(dtype=jnp.int32), uninformed.sum().astype(jnp.float32)
+
+
+def flow_news(flow, volume_unit, params: MarketParams) -> jax.Array:
+    """``float32`` shift of the informed traders' value, log price, from ``flow`` net
+    aggressive shares: ``flow_impact_bps * 1e-4 * flow / V``."""
+    return params.flow_impact_bps * 1e-4 * flow / volume_unit
+
+
+def learn_from_flow(flow_impact, flow, volume_unit, params: MarketParams) -> jax.Array:
+    """One round of the informed traders' value shift: decay, then the round's news.
+
+    ``I <- I * 2 ** (-1 / (halflife * R)) + flow_news(flow)`` (``R`` rounds per minute);
+    the agents' messages at the start of a minute add their news without a decay.
+    """
+    rounds = params.flow_impact_halflife_minutes * params.rounds_per_minute
+    decay = jnp.exp2(-1.0 / jnp.maximum(rounds, 1e-6))
+    return flow_impact * decay + flow_news(flow, volume_unit, params)
+
+
 def uniforms_per_round(params: MarketParams) -> int:
     """Uniform draws one round consumes."""
     return params.informed_slots + params.momentum_slots + NOISE_UNIFORMS * params.noise_slots
@@ -216,7 +264,8 @@ def run_minute(
         agent_messages: the agents' messages for this minute, ``int32[A]`` fields (kind
             0 for none), applied first in the given order.
         fundamental: ``float32[rounds_per_minute]`` the fundamental price the informed
-            traders see in each round, ticks.
+            traders see in each round, ticks (their value is this times
+            ``exp(state.flow_impact)``, which order flow moves: :func:`learn_from_flow`).
         activity: ``float32`` the intraday activity multiplier of the minute (mean 1).
         volume_unit: ``float32`` V, shares per minute.
         key: PRNG key of this minute.
@@ -227,19 +276,26 @@ def run_minute(
     """
     capacity = state.book.capacity
     n_owners = state.num_owners
+    volume_unit = jnp.asarray(volume_unit, jnp.float32)
     book, trades = apply_messages(state.book, agent_messages, max_trades=capacity)
     position_change, cash_change, volume = settle(trades, n_owners)
+    signed_volume, agent_flow = signed_flow(trades)
     first_mid = round_view(book, last_trade_price(trades, state.reference)).reference
-    state = state.replace(book=book, reference=first_mid)
+    state = state.replace(
+        book=book,
+        reference=first_mid,
+        flow_impact=state.flow_impact + flow_news(agent_flow, volume_unit, params),
+    )
     n_informed, n_momentum = params.informed_slots, params.momentum_slots
     u = jax.random.uniform(key, (params.rounds_per_minute, uniforms_per_round(params)))
 
     def trading_round(carry, inputs):
-        st, position_change, cash_change, volume = carry
+        st, position_change, cash_change, volume, signed_volume = carry
         fundamental, u = inputs
         view = round_view(st.book, st.reference)
+        value = fundamental * jnp.exp(st.flow_impact)
         informed, informed_ring, next_id = informed_orders(
-            view, st.informed, st.next_order_id, fundamental, u[:n_informed], params, volume_unit
+            view, st.informed, st.next_order_id, value, u[:n_informed], params, volume_unit
         )
         momentum = momentum_orders(
             st.ema_fast, st.ema_slow, u[n_informed : n_informed + n_momentum], params, volume_unit
@@ -258,6 +314,7 @@ def run_minute(
             st.book, _concat(informed, momentum, noise, maker), max_trades=capacity
         )
         d_position, d_cash, d_volume = settle(trades, n_owners)
+        d_signed, flow = signed_flow(trades)
         mid = round_view(book, last_trade_price(trades, view.reference)).reference
         st = st.replace(
             book=book,
@@ -270,16 +327,24 @@ def run_minute(
             round=st.round + 1,
             noise=ring,
             informed=informed_ring,
+            flow_impact=learn_from_flow(st.flow_impact, flow, volume_unit, params),
         )
-        carry = (st, position_change + d_position, cash_change + d_cash, volume + d_volume)
+        carry = (
+            st,
+            position_change + d_position,
+            cash_change + d_cash,
+            volume + d_volume,
+            signed_volume + d_signed,
+        )
         return carry, mid
 
     state = state.replace(position=state.position + position_change, cash=state.cash + cash_change)
-    (state, position_change, cash_change, volume), mids = jax.lax.scan(
+    (state, position_change, cash_change, volume, signed_volume), mids = jax.lax.scan(
         trading_round,
-        (state, position_change, cash_change, volume),
+        (state, position_change, cash_change, volume, signed_volume),
         (jnp.asarray(fundamental, jnp.float32), u),
     )
+    state = state.replace(signed_volume=state.signed_volume + signed_volume)
     best = top_levels(state.book, 1)
     summary = MinuteSummary(
         mid=state.reference,
@@ -291,5 +356,6 @@ def run_minute(
         spread=spread(state.book),
         bid_depth=best.bid_size[0],
         ask_depth=best.ask_size[0],
+        signed_volume=signed_volume,
     )
     return state, summary

@@ -31,6 +31,11 @@ Columns of :attr:`MarketStatistics.table` (index: ``symbol``; all float64):
                             of the pooled within-day 1-minute log returns (0 for a Gaussian)
 ``abs_return_acf1``         lag-1 autocorrelation of ``|r|`` over pooled within-day pairs of
                             consecutive returns (volatility clustering; > 0 in real markets)
+``flow_impact_per_sigma``   price response to order flow: the least-squares slope of the
+                            1-minute return on the minute's net aggressive volume (buyer- minus
+                            seller-initiated, in units of ``volume_per_minute``), divided by the
+                            1-minute volatility (Kyle's lambda in volatilities per minute of
+                            volume; needs trade signs, so not observed in minute bars)
 ``mean_price``              mean price (close or mid), currency units per share
 ``n_days``                  number of (symbol, day) series the row was computed from
 ==========================  ==================================================================
@@ -46,7 +51,10 @@ gap in the slot grid (the A-share lunch break, 11:29 -> 13:00) are excluded. Wit
 * ``abs_return_acf1`` = ``mean_pairs((a_t - mu)(a_{t-1} - mu)) / mean((a - mu)**2)`` with
   ``a = |r|``, ``mu = mean(a)`` over all ``K`` returns and the pairs being consecutive
   returns of the same day (the usual sample autocorrelation, normalized by counts so that
-  day boundaries do not bias it).
+  day boundaries do not bias it);
+* ``flow_impact_per_sigma`` = ``cov(x, r) / var(x) / std(r)`` over the returns paired with
+  ``x_t`` = the net aggressive volume of minute ``t`` (the minute of the return) divided by
+  the mean volume per minute (NaN with fewer than 3 pairs or no variation in ``x``).
 
 Statistics that cannot be computed (too few returns, zero variance) are NaN.
 """
@@ -73,6 +81,7 @@ __all__ = [
     "minute_bar_statistics",
     "simulated_statistics",
     "transfer_depth",
+    "transfer_flow_impact",
 ]
 
 STAT_COLUMNS: tuple[str, ...] = (
@@ -84,6 +93,7 @@ STAT_COLUMNS: tuple[str, ...] = (
     "depth_to_minute_volume",
     "excess_kurtosis",
     "abs_return_acf1",
+    "flow_impact_per_sigma",
     "mean_price",
     "n_days",
 )
@@ -205,6 +215,23 @@ def _return_statistics(logp: np.ndarray, valid: np.ndarray, gap: np.ndarray) -> 
     if math.isfinite(cov) and var > 0:
         out["abs_return_acf1"] = cov / var
     return out
+
+
+def _flow_impact_per_sigma(logp: np.ndarray, valid: np.ndarray, flow: np.ndarray) -> float:
+    """Slope of within-row 1-minute log returns on ``flow[:, 1:]`` (net aggressive volume
+    of each return's minute, in minutes of volume) divided by the returns' std; rows are
+    days, ``[D, T]`` (see the module docstring)."""
+    r, ok = _return_pairs(logp, valid, np.zeros(logp.shape[1] - 1, dtype=bool))
+    x = flow[:, 1:]
+    ok = ok & np.isfinite(x)
+    if ok.sum() < 3:
+        return math.nan
+    r, x = r[ok], x[ok]
+    var_x = float(np.var(x))
+    sd_r = float(np.std(r, ddof=1))
+    if var_x <= 0 or not sd_r > 0:
+        return math.nan
+    return float(np.mean((x - x.mean()) * (r - r.mean())) / var_x / sd_r)
 
 
 def _roll_spread(price: np.ndarray, valid: np.ndarray, gap: np.ndarray) -> float:
@@ -330,6 +357,7 @@ def minute_bar_statistics(bars: MinuteBars, tick_size: float) -> MarketStatistic
             volume_per_minute=vpm,
             top_depth=math.nan,
             depth_to_minute_volume=math.nan,
+            flow_impact_per_sigma=math.nan,
             mean_price=mean_price,
             n_days=float(n_days),
         )
@@ -354,6 +382,8 @@ def minute_bar_statistics(bars: MinuteBars, tick_size: float) -> MarketStatistic
         "volume_per_minute": f"{label}, mean volume of real (non-filled) bars, data units",
         "top_depth": "not observed in minute bars (NaN; fill with transfer_depth)",
         "depth_to_minute_volume": "not observed in minute bars (NaN; fill with transfer_depth)",
+        "flow_impact_per_sigma": "not observed in minute bars: no trade signs (NaN; fill with "
+        "transfer_flow_impact)",
         "excess_kurtosis": ret + ", pooled",
         "abs_return_acf1": ret + ", pooled",
         "mean_price": f"{label}, mean close of real bars",
@@ -464,6 +494,13 @@ def lobster_statistics(
         minute, weights=msgs.size[executed].astype(np.float64), minlength=n_minutes
     )[:n_minutes]
     vpm = float(per_minute.sum() / n_minutes)
+    # LOBSTER's direction is the resting order's side: a buyer-initiated trade executes a
+    # sell order (direction -1)
+    signed_per_minute = np.bincount(
+        minute,
+        weights=-(msgs.direction[executed] * msgs.size[executed]).astype(np.float64),
+        minlength=n_minutes,
+    )[:n_minutes]
 
     ends = start + 60.0 * np.arange(1, n_minutes + 1)
     t2, mid2 = t[two_sided], mid[two_sided]
@@ -471,7 +508,9 @@ def lobster_statistics(
     have = (idx >= 0) & (ends <= end + 1e-9)
     log_mid = np.where(have, np.log(mid2[np.maximum(idx, 0)]), 0.0)
     row = _return_statistics(log_mid[None, :], have[None, :], np.zeros(n_minutes - 1, dtype=bool))
+    flow = signed_per_minute / vpm if vpm > 0 else np.full(n_minutes, np.nan)
     row.update(
+        flow_impact_per_sigma=_flow_impact_per_sigma(log_mid[None, :], have[None, :], flow[None]),
         spread_ticks=spread_ticks,
         spread_bps=spread_bps,
         volume_per_minute=vpm,
@@ -502,6 +541,8 @@ def lobster_statistics(
         "depth_to_minute_volume": f"{label}, top_depth / volume_per_minute",
         "excess_kurtosis": ret,
         "abs_return_acf1": ret,
+        "flow_impact_per_sigma": f"{ret}, on executed shares signed by the aggressor (the "
+        "opposite of the executed order's direction) per minute / volume_per_minute",
         "mean_price": f"{tw_note}, mid in dollars",
         "n_days": f"{label}, one day",
         "profile": f"{label}, executed shares per session minute / total",
@@ -510,6 +551,32 @@ def lobster_statistics(
 
 
 # --------------------------------------------------------------------------- depth transfer
+
+
+def _reference_value(
+    stats: MarketStatistics, reference: MarketStatistics, column: str, symbol: str | None
+) -> tuple[float, str]:
+    """``(value, which rows)`` of ``reference.table[column]`` to transfer (see
+    :func:`transfer_depth`)."""
+    for name, value in (("stats", stats), ("reference", reference)):
+        if not isinstance(value, MarketStatistics):
+            raise ValueError(f"{name} must be a MarketStatistics, got {type(value).__name__}")
+    values = reference.table[column]
+    if symbol is not None:
+        if symbol not in values.index:
+            raise ValueError(
+                f"symbol: {symbol!r} not in reference (has {', '.join(reference.symbols)})"
+            )
+        value, which = float(values[symbol]), str(symbol)
+    else:
+        finite = values[np.isfinite(values.to_numpy(np.float64))]
+        value = float(finite.mean()) if len(finite) else math.nan
+        which = ", ".join(map(str, finite.index)) if len(finite) else ""
+        if len(finite) > 1:
+            which = f"mean over {which}"
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"reference: no finite positive {column} to transfer (got {value!r})")
+    return value, which
 
 
 def transfer_depth(
@@ -539,40 +606,57 @@ def transfer_depth(
         ValueError: an argument is not a MarketStatistics, ``symbol`` is not in
             ``reference``, or the reference has no finite positive ratio.
     """
-    for name, value in (("stats", stats), ("reference", reference)):
-        if not isinstance(value, MarketStatistics):
-            raise ValueError(f"{name} must be a MarketStatistics, got {type(value).__name__}")
-    ratios = reference.table["depth_to_minute_volume"]
-    if symbol is not None:
-        if symbol not in ratios.index:
-            raise ValueError(
-                f"symbol: {symbol!r} not in reference (has {', '.join(reference.symbols)})"
-            )
-        ratio, which = float(ratios[symbol]), str(symbol)
-    else:
-        finite = ratios[np.isfinite(ratios.to_numpy(np.float64))]
-        ratio = float(finite.mean()) if len(finite) else math.nan
-        which = ", ".join(map(str, finite.index)) if len(finite) else ""
-        if len(finite) > 1:
-            which = f"mean over {which}"
-    if not math.isfinite(ratio) or ratio <= 0:
-        raise ValueError(
-            f"reference: no finite positive depth_to_minute_volume to transfer (got {ratio!r})"
-        )
+    ratio, which = _reference_value(stats, reference, "depth_to_minute_volume", symbol)
     table = stats.table.copy()
     missing = table["top_depth"].isna()
     table.loc[missing, "top_depth"] = ratio * table.loc[missing, "volume_per_minute"]
     table.loc[missing, "depth_to_minute_volume"] = ratio
+    note = "depth/volume ratio {value:.4g} * volume_per_minute, assuming equal depth in "
+    note += "minutes of volume"
+    return _with_transferred(
+        stats,
+        table,
+        missing,
+        reference,
+        which,
+        ratio,
+        note,
+        ("top_depth", "depth_to_minute_volume"),
+    )
+
+
+def transfer_flow_impact(
+    stats: MarketStatistics, reference: MarketStatistics, *, symbol: str | None = None
+) -> MarketStatistics:
+    """Fills missing ``flow_impact_per_sigma`` from a reference market (a LOBSTER day).
+
+    Assumption (documented, not verified): the price response to a minute of net order
+    flow, measured in 1-minute volatilities per minute of volume, is similar across
+    markets (it is dimensionless; Kyle's lambda itself scales with the volatility). Rows
+    that already have the figure are kept; ``symbol`` as in :func:`transfer_depth`.
+
+    Raises:
+        ValueError: as :func:`transfer_depth`.
+    """
+    value, which = _reference_value(stats, reference, "flow_impact_per_sigma", symbol)
+    table = stats.table.copy()
+    missing = table["flow_impact_per_sigma"].isna()
+    table.loc[missing, "flow_impact_per_sigma"] = value
+    note = "flow_impact_per_sigma {value:.4g}, assuming an equal response in volatilities "
+    note += "per minute of volume"
+    return _with_transferred(
+        stats, table, missing, reference, which, value, note, ("flow_impact_per_sigma",)
+    )
+
+
+def _with_transferred(stats, table, missing, reference, which, value, note, columns):
     sources = dict(stats.sources)
     if missing.any():
         rows = ", ".join(map(str, table.index[missing]))
         ref = reference.source or "reference"
-        note = (
-            f"transferred from {ref} ({which}) depth/volume ratio {ratio:.4g} * "
-            f"volume_per_minute, assuming equal depth in minutes of volume [{rows}]"
-        )
-        sources["top_depth"] = note
-        sources["depth_to_minute_volume"] = note
+        text = f"transferred from {ref} ({which}) {note.format(value=value)} [{rows}]"
+        for column in columns:
+            sources[column] = text
     return MarketStatistics(
         table=table, profile=stats.profile.copy(), sources=sources, source=stats.source
     )
@@ -581,7 +665,9 @@ def transfer_depth(
 # --------------------------------------------------------------------------- simulation
 
 
-def _sim_array(name: str, value, shape: tuple[int, ...] | None, *, positive: bool) -> np.ndarray:
+def _sim_array(
+    name: str, value, shape: tuple[int, ...] | None, *, positive: bool, signed: bool = False
+) -> np.ndarray:
     try:
         a = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -597,7 +683,7 @@ def _sim_array(name: str, value, shape: tuple[int, ...] | None, *, positive: boo
     if np.isnan(a).all():
         raise ValueError(f"{name}: all values are NaN")
     bad = (a <= 0) if positive else (a < 0)
-    if bad.any():
+    if bad.any() and not signed:
         what = "non-positive" if positive else "negative"
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(f"{name}: {what} value {a[first]:g} at index {first}")
@@ -613,6 +699,7 @@ def simulated_statistics(
     symbols: Sequence[str],
     tick_size: float,
     *,
+    signed_volume: np.ndarray | None = None,
     source: str = "simulation",
 ) -> MarketStatistics:
     """Statistics of simulator output, grouped by symbol (the same columns as real data).
@@ -626,6 +713,8 @@ def simulated_statistics(
     * ``volume_per_minute`` = mean ``volume``; profile: mean volume per slot / its sum.
     * ``top_depth`` = mean ``(bid_depth + ask_depth) / 2``.
     * ``mean_price`` = mean ``mid * tick_size`` (currency units).
+    * ``flow_impact_per_sigma``: returns of ``mid`` on ``signed_volume`` divided by the
+      symbol's ``volume_per_minute`` (NaN without ``signed_volume``).
 
     Args:
         mid: mid price in ticks at each minute end (> 0).
@@ -635,6 +724,8 @@ def simulated_statistics(
         ask_depth: best-ask size at each minute end, shares (>= 0).
         symbols: ``[N]`` symbol of each row.
         tick_size: the tick in currency units (only for ``mean_price``).
+        signed_volume: optional net aggressive volume in each minute, shares (buys
+            positive).
         source: label stored in the result's ``source`` and ``sources``.
 
     Returns:
@@ -654,6 +745,10 @@ def simulated_statistics(
     spread = _sim_array("spread", spread, shape, positive=False)
     bid_depth = _sim_array("bid_depth", bid_depth, shape, positive=False)
     ask_depth = _sim_array("ask_depth", ask_depth, shape, positive=False)
+    if signed_volume is not None:
+        signed_volume = _sim_array(
+            "signed_volume", signed_volume, shape, positive=False, signed=True
+        )
     if isinstance(symbols, str):
         raise ValueError("symbols: expected a sequence of N names, got a single string")
     names = np.asarray([str(s) for s in symbols], dtype=object)
@@ -669,8 +764,12 @@ def simulated_statistics(
         m, v, s = mid[sel], volume[sel], spread[sel]
         depth = (bid_depth[sel] + ask_depth[sel]) / 2.0
         have = np.isfinite(m)
-        row = _return_statistics(np.log(np.where(have, m, 1.0)), have, gap)
+        log_mid = np.log(np.where(have, m, 1.0))
+        row = _return_statistics(log_mid, have, gap)
         vpm = float(np.nanmean(v)) if np.isfinite(v).any() else math.nan
+        if signed_volume is not None and vpm > 0:
+            flow = signed_volume[sel] / vpm
+            row["flow_impact_per_sigma"] = _flow_impact_per_sigma(log_mid, have, flow)
         top = float(np.nanmean(depth)) if np.isfinite(depth).any() else math.nan
         rel = s / m * 1e4
         row.update(
@@ -698,6 +797,7 @@ def simulated_statistics(
         "depth_to_minute_volume": f"{source}, top_depth / volume_per_minute",
         "excess_kurtosis": ret,
         "abs_return_acf1": ret,
+        "flow_impact_per_sigma": f"{ret}, on signed_volume / volume_per_minute",
         "mean_price": f"{source}, mean mid * tick {tick:g}",
         "n_days": f"{source}, rows (symbol-days) per symbol",
         "profile": f"{source}, mean volume per slot / sum",

@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 from serl_jax.lob.book import BUY, LIMIT, MARKET, SELL, Message, Trades
-from serl_jax.market.params import FIRST_AGENT_OWNER, MARKET_MAKER, MarketParams
-from serl_jax.market.simulator import reset_market, run_minute, settle
+from serl_jax.market.params import (
+    FIRST_AGENT_OWNER,
+    INFORMED_TRADER,
+    MARKET_MAKER,
+    MarketParams,
+)
+from serl_jax.market.simulator import reset_market, run_minute, settle, signed_flow
 
 QUIET = dict(
     mm_levels=3,
@@ -57,6 +62,12 @@ def test_settle_by_hand():
     np.testing.assert_array_equal(position, [0, -3, -2, 0, 0, 5])
     np.testing.assert_allclose(cash, [0, 30, 18, 0, 0, -48])
     assert int(volume) == 5
+    every, uninformed = signed_flow(trades)
+    assert int(every) == 3 - 2 and float(uninformed) == 1.0
+    # the informed traders' own buying is not news to them
+    informed = trades.replace(aggressor_owner=jnp.array([[INFORMED_TRADER, 2]]))
+    every, uninformed = signed_flow(informed)
+    assert int(every) == 1 and float(uninformed) == -2.0
 
 
 def test_agent_fills_are_attributed_by_owner():
@@ -80,6 +91,12 @@ def test_agent_fills_are_attributed_by_owner():
     assert int(minute.volume) == 30
     np.testing.assert_array_equal(state.position, minute.position_change)
     assert int(state.position.sum()) == 0
+    # net aggressive flow -25 + 5: the informed traders' value moves by flow_impact_bps per
+    # V = 100 shares of it, then decays over the minute's two quiet rounds
+    assert int(minute.signed_volume) == -20 and int(state.signed_volume) == -20
+    decay = 2.0 ** (-1.0 / (params.flow_impact_halflife_minutes * params.rounds_per_minute))
+    expected = params.flow_impact_bps * 1e-4 * (-20 / 100.0) * decay**2
+    assert float(state.flow_impact) == pytest.approx(expected, rel=1e-5)
 
 
 def _noisy_days(params, n_markets, minutes, key):

@@ -21,6 +21,7 @@ from serl_jax.market.statistics import (
     minute_bar_statistics,
     simulated_statistics,
     transfer_depth,
+    transfer_flow_impact,
 )
 
 SAMPLE = Path(serl_jax.__file__).parent / "data" / "sample" / "lobster"
@@ -238,6 +239,8 @@ def test_lobster_statistics_by_hand(tmp_path):
     a = math.log(100.005 / 100.01)
     assert row.minute_volatility_bps == pytest.approx(1e4 * abs(a) / math.sqrt(2))
     assert row.n_days == 1
+    # two returns only (minutes 1 and 2): too few pairs for a slope
+    assert math.isnan(row.flow_impact_per_sigma)
     assert stats.source == "LOBSTER XYZ 2020-01-02 level 1"
     assert "time-weighted" in stats.sources["spread_ticks"]
 
@@ -282,6 +285,28 @@ def test_lobster_first_messages_match_a_direct_computation(tmp_path):
     assert row.minute_volatility_bps == pytest.approx(1e4 * np.std(r, ddof=1))
     assert row.excess_kurtosis == pytest.approx(_excess_kurtosis(r))
 
+    # return k (minute k, k = 1..4) against minute k's net buyer-initiated shares: an
+    # execution of a sell order (direction -1) was initiated by a buyer
+    signed = np.zeros(5)
+    for i in range(n):
+        if m[i, 1] in (4, 5) and m[i, 0] < end:
+            signed[int((m[i, 0] - 34200) // 60)] -= m[i, 5] * m[i, 3]
+    x = signed[1:] / (executed / 5)
+    slope = np.polyfit(x, r * 1e4, 1)[0]
+    expected = slope / (1e4 * np.std(r, ddof=1))
+    assert row.flow_impact_per_sigma == pytest.approx(expected)
+
+    # return k (minute k, k = 1..4) against minute k's net buyer-initiated shares: an
+    # execution of a sell order (direction -1) was initiated by a buyer
+    signed = np.zeros(5)
+    for i in range(n):
+        if m[i, 1] in (4, 5) and m[i, 0] < end:
+            signed[int((m[i, 0] - 34200) // 60)] -= m[i, 5] * m[i, 3]
+    x = signed[1:] / (executed / 5)
+    slope = np.polyfit(x, r * 1e4, 1)[0]
+    expected = slope / (1e4 * np.std(r, ddof=1))
+    assert row.flow_impact_per_sigma == pytest.approx(expected)
+
 
 def test_lobster_amzn_day_is_plausible():
     stats = lobster_statistics(AMZN_MSG, AMZN_OB)
@@ -292,6 +317,8 @@ def test_lobster_amzn_day_is_plausible():
     assert 0 < row.depth_to_minute_volume < 10
     assert 150 < row.mean_price < 300  # AMZN traded near $220 in June 2012
     assert 0 < row.minute_volatility_bps < 100
+    # buying moves the mid up: about 0.8 volatilities per minute of volume on this day
+    assert 0.3 < row.flow_impact_per_sigma < 2.0
     assert stats.profile.shape == (1, 390)
     assert stats.profile.loc["AMZN"].sum() == pytest.approx(1.0)
     assert stats.source == "LOBSTER AMZN 2012-06-21 level 1"
@@ -327,6 +354,22 @@ def test_transfer_depth_fills_only_missing_depth():
         transfer_depth(stats, reference, symbol="X")
 
 
+def test_transfer_flow_impact_fills_only_missing_values():
+    reference = _one_row("REF", flow_impact_per_sigma=0.8)
+    stats = minute_bar_statistics(_bars(_bounce_days(0.03)), tick_size=0.01)
+    assert math.isnan(stats.table.loc["TOY", "flow_impact_per_sigma"])
+    out = transfer_flow_impact(stats, reference)
+    assert out.table.loc["TOY", "flow_impact_per_sigma"] == 0.8
+    assert "transferred from toy REF" in out.sources["flow_impact_per_sigma"]
+    assert out.sources["top_depth"] == stats.sources["top_depth"]
+    observed = _one_row("OBS", flow_impact_per_sigma=0.3)
+    assert (
+        transfer_flow_impact(observed, reference).table.loc["OBS", "flow_impact_per_sigma"] == 0.3
+    )
+    with pytest.raises(ValueError, match="reference: no finite positive flow_impact_per_sigma"):
+        transfer_flow_impact(stats, _one_row("BAD"))
+
+
 # --------------------------------------------------------------------------- simulation
 
 
@@ -360,7 +403,23 @@ def test_simulated_statistics_known_answers():
     assert a.excess_kurtosis == pytest.approx(-1.5)
     assert math.isnan(a.abs_return_acf1)
     assert b.minute_volatility_bps == 0.0 and math.isnan(b.excess_kurtosis)
+    assert math.isnan(a.flow_impact_per_sigma)  # no signed volume given
     assert list(stats.table.columns) == list(STAT_COLUMNS)
+
+
+def test_simulated_flow_impact_is_the_return_slope_on_signed_volume():
+    mid, volume, spread, bid, ask, symbols = _sim_arrays()
+    signed = np.array([[0.0, 2.0, -1.0, 1.0], [0.0, 1.0, -2.0, 2.0], [0.0, 1.0, -1.0, 0.0]])
+    stats = simulated_statistics(
+        mid, volume, spread, bid, ask, symbols, tick_size=0.01, signed_volume=signed
+    )
+    # A's returns +x, -x, +x per row against the same minutes' signed volume / V (V = 2)
+    x = math.log(1.01)
+    r = np.array([x, -x, x, x, -x, x])
+    flow = np.array([2.0, -1.0, 1.0, 1.0, -2.0, 2.0]) / 2.0
+    expected = np.polyfit(flow, r, 1)[0] / np.std(r, ddof=1)
+    assert stats.table.loc["A", "flow_impact_per_sigma"] == pytest.approx(expected)
+    assert math.isnan(stats.table.loc["B", "flow_impact_per_sigma"])  # constant mid
 
 
 def test_simulated_statistics_skips_missing_values():
@@ -386,6 +445,7 @@ def test_simulated_statistics_skips_missing_values():
         (lambda k: k.update(symbols=["A"]), "symbols: 1 names for 3 rows"),
         (lambda k: k.update(tick_size=0.0), "tick_size must be a positive"),
         (lambda k: k.update(bid_depth=np.full((3, 4), np.inf)), "bid_depth: contains inf"),
+        (lambda k: k.update(signed_volume=np.ones((3, 3))), "signed_volume: shape"),
     ],
 )
 def test_simulated_statistics_rejects_bad_input(change, message):
