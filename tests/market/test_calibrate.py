@@ -1,0 +1,99 @@
+"""The calibration step rules, the fit error and the CLI (a tiny run on the A-share sample)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from serl_jax.market.calibrate import fit_error, main, update_params
+from serl_jax.market.params import MarketParams, load_market_params
+from serl_jax.market.statistics import STAT_COLUMNS, MarketStatistics
+
+REAL = {
+    "spread_ticks": 3.0,
+    "minute_volatility_bps": 12.0,
+    "volume_per_minute": 1000.0,
+    "depth_to_minute_volume": 0.1,
+    "flow_impact_per_sigma": 0.8,
+}
+
+
+def _stats(**columns) -> MarketStatistics:
+    """Two symbols with the same figures (``columns`` override :data:`REAL`)."""
+    row = {c: math.nan for c in STAT_COLUMNS} | REAL | columns
+    index = pd.Index(["A", "B"], name="symbol")
+    table = pd.DataFrame([row, row], index=index)
+    return MarketStatistics(table, pd.DataFrame([[1.0], [1.0]], index=index))
+
+
+def test_update_params_moves_each_knob_as_documented():
+    start = MarketParams(
+        mm_half_spread_ticks=1.0,
+        mm_size=0.05,
+        noise_limit_prob=0.3,
+        noise_size=0.04,
+        informed_size=0.1,
+        flow_impact_bps=10.0,
+    )
+    sim = _stats(
+        spread_ticks=2.0,  # 1 tick too narrow: half spread + 0.5
+        depth_to_minute_volume=0.05,  # half the depth: x2
+        volume_per_minute=2000.0,  # twice the volume: noise size x0.5
+        minute_volatility_bps=8.0,  # vol gain 1.5: informed size x2.25
+        # lambda = 0.8 * 12 = 9.6 real vs 0.3 * 8 = 2.4: gain 4, damped to x2
+        flow_impact_per_sigma=0.3,
+    )
+    new = update_params(start, _stats(), sim)
+    assert new.mm_half_spread_ticks == pytest.approx(1.5)
+    assert new.mm_size == pytest.approx(0.1)
+    assert new.noise_limit_prob == pytest.approx(0.6)
+    assert new.noise_size == pytest.approx(0.02)
+    assert new.informed_size == pytest.approx(0.225)
+    assert new.flow_impact_bps == pytest.approx(20.0)
+    # factors are clipped to [1/4, 4] and knobs to their bounds
+    far = update_params(start, _stats(), _stats(depth_to_minute_volume=0.001))
+    assert far.mm_size == pytest.approx(0.2)
+    assert far.noise_limit_prob == 1.0
+
+
+def test_fit_error_is_the_mean_absolute_log_ratio():
+    assert fit_error(_stats(), _stats()) == 0.0
+    # volume off by 2x: one of the five targets
+    assert fit_error(_stats(), _stats(volume_per_minute=2000.0)) == pytest.approx(math.log(2.0) / 5)
+    # lambda = flow_impact_per_sigma * volatility: halving the volatility halves lambda too
+    assert fit_error(_stats(), _stats(minute_volatility_bps=6.0)) == pytest.approx(
+        2 * math.log(2.0) / 5
+    )
+    # a missing simulated figure is skipped, not counted as a perfect fit
+    assert fit_error(_stats(), _stats(flow_impact_per_sigma=math.nan)) == 0.0
+
+
+def test_cli_writes_the_best_fit_it_simulated(tmp_path, capsys):
+    out = tmp_path / "cn.yaml"
+    argv = ["--data", "sample:cn_1min", "--iterations", "1", "--days", "1", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    errors = [
+        float(line.rsplit(" ", 1)[1])
+        for line in printed.splitlines()
+        if "fit error" in line and line.startswith("iteration")
+    ]
+    assert len(errors) == 2
+    assert f"(fit error {min(errors):.3f})" in printed
+    market = load_market_params(out)
+    assert market.tick_size == 0.01
+    text = out.read_text()
+    assert text.startswith("# Calibrated with: python -m serl_jax.market.calibrate --data")
+    assert "flow_impact_per_sigma" in text and "minute_volatility_bps" in text
+    assert np.isfinite(market.flow_impact_bps)
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    assert main(["--data", "sample:cn_1min", "--iterations", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --iterations and --days must be >= 0"
+    assert main(["--data", "no/such/bars.csv"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
