@@ -89,7 +89,7 @@ def _ppo_policy(cfg: Config, trained) -> tuple[Any, Any]:
 
 
 def run_market(
-    cfg: Config, market: MarketParams, splits: MarketSplits, out_dir: Path, progress: bool
+    cfg: Config, market: MarketParams | None, splits: MarketSplits, out_dir: Path, progress: bool
 ) -> tuple[dict[str, Any], dict[str, dict[str, ExecutionMetrics]]]:
     """Trains, selects and evaluates on one market; writes its artifacts into ``out_dir``.
 
@@ -99,7 +99,9 @@ def run_market(
     scored in both markets, so the cost of ignoring impact is visible.
 
     Args:
-        market: the calibrated background parameters of the dynamic market.
+        market: the calibrated background parameters of the dynamic market; None (only
+            in the static mode, for data without calibrated parameters) scores the
+            policies in the static market only.
 
     Returns:
         The market's entry of ``metrics.json`` and the test metrics per market
@@ -112,7 +114,9 @@ def run_market(
         for split in ("train", "val", "test")
     }
     dynamic = {
-        split: dynamic_env_params(cfg, market, p, splits.stats) for split, p in params.items()
+        split: dynamic_env_params(cfg, market, p, splits.stats)
+        for split, p in params.items()
+        if market is not None
     }
     label = f"PPO {splits.name}"
     trained_static = None
@@ -153,7 +157,9 @@ def run_market(
     if trained_static is not None:
         policies["PPO-static"] = _ppo_policy(cfg, trained_static)
     policies.update(baseline_policies(cfg))
-    markets = {"static": params["test"], "dynamic": dynamic["test"]}
+    markets = {"static": params["test"]}
+    if dynamic:
+        markets["dynamic"] = dynamic["test"]
     evaluated = {
         market: evaluate_policies(cfg, make_env(p), p, policies) for market, p in markets.items()
     }
@@ -188,7 +194,7 @@ def run_market(
         out_dir / "pa_distribution.png",
     )
     steps_per_second = trained.env_steps / max(trained.train_seconds, 1e-9)
-    return {
+    entry = {
         "data": {
             "symbols": sorted(set(splits.train.symbols)),
             "slots_per_day": splits.train.n_slots,
@@ -218,16 +224,23 @@ def run_market(
             if k in ("alpha", "beta", "order_pa_static", "order_pa_dynamic")
         },
         "policies": {name: m.to_dict() for name, (m, _) in results.items()},
-        "policies_dynamic": {name: m.to_dict() for name, (m, _) in evaluated["dynamic"].items()},
-    }, {market: {n: m for n, (m, _) in r.items()} for market, r in evaluated.items()}
+    }
+    if "dynamic" in evaluated:
+        entry["policies_dynamic"] = {n: m.to_dict() for n, (m, _) in evaluated["dynamic"].items()}
+    return entry, {market: {n: m for n, (m, _) in r.items()} for market, r in evaluated.items()}
 
 
 def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
     """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``)."""
     try:
         # every input is read before training starts, so bad input fails in seconds
+        # the static market needs no calibrated background populations
         markets = [
-            (calibrated_market(cfg, spec), load_splits(cfg, spec)) for spec in cfg.data.markets
+            (
+                calibrated_market(cfg, spec) if cfg.market.mode != "static" else None,
+                load_splits(cfg, spec),
+            )
+            for spec in cfg.data.markets
         ]
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

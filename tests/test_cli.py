@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from serl_jax import evaluate, train
+from serl_jax.data import sample_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -76,6 +77,24 @@ def test_train_is_deterministic(tiny_run, tmp_path):
     second = json.loads((other / "metrics.json").read_text())["markets"]["us_1min"]
     assert first["policies"] == second["policies"]
     assert first["selection"] == second["selection"]
+
+
+def test_static_training_needs_no_calibrated_market(tmp_path, capsys):
+    """A market given as a path has no shipped calibration: the static mode trains and
+    scores in the static market only; the hybrid mode stops before training and says how
+    to calibrate."""
+    data = str(sample_path("us_1min"))
+    args = ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", data, "--llm", "none"]
+    assert train.main(args + ["--env", "hybrid"]) == 2
+    assert "python -m serl_jax.market.calibrate" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert train.main(args + ["--env", "static"]) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    (entry,) = json.loads((run_dir / "metrics.json").read_text())["markets"].values()
+    assert entry["market_mode"] == "static"
+    assert set(entry["policies"]) == {"PPO", "TWAP", "VWAP", "AC", "Immediate"}
+    assert "policies_dynamic" not in entry
+    assert " dynamic" not in (run_dir / "results.txt").read_text()
 
 
 def test_evaluate_in_the_dynamic_market(capsys):
