@@ -113,11 +113,13 @@ def run_market(
         split: cfg.env_params(MarketData.from_episodes(splits.split(split)))
         for split in ("train", "val", "test")
     }
-    dynamic = {
-        split: dynamic_env_params(cfg, market, p, splits.stats)
-        for split, p in params.items()
-        if market is not None
-    }
+    dynamic = (
+        {}
+        if market is None
+        else {
+            split: dynamic_env_params(cfg, market, p, splits.stats) for split, p in params.items()
+        }
+    )
     label = f"PPO {splits.name}"
     trained_static = None
     if mode != "static":

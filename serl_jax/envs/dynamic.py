@@ -58,6 +58,7 @@ from serl_jax.envs.execution import (
     safe_divide,
 )
 from serl_jax.lob.book import BUY, CANCEL, LIMIT, MARKET, SELL
+from serl_jax.lob.queries import own_orders
 from serl_jax.market.agents import CANCEL_ALL, messages, round_view
 from serl_jax.market.params import AGENT_ORDER_ID, FIRST_AGENT_OWNER, MarketParams
 from serl_jax.market.simulator import MarketState, reset_market, run_minute
@@ -196,12 +197,8 @@ class DynamicExecutionEnv(ExecutionEnv):
         view = round_view(state.market.book, state.market.reference)
         cancel = 0  # a market child order never rests: nothing to cancel
         if params.child_order == "passive":
-            own = jax.tree.map(
-                lambda b, a: jnp.where(book_side == BUY, b, a),
-                state.market.book.bids,
-                state.market.book.asks,
-            )
-            resting = ((own.order_id == AGENT_ORDER_ID) & (own.qty > 0)).any()
+            # the agent's only resting order is its passive child order
+            resting = own_orders(state.market.book, FIRST_AGENT_OWNER).mask.any()
             cancel = jnp.where(resting, CANCEL, 0)
             best_own = jnp.where(
                 book_side == SELL,

@@ -169,13 +169,19 @@ def _column(stats: MarketStatistics, column: str, symbols) -> np.ndarray:
     return table[column].to_numpy(float)
 
 
-def _gain(real: MarketStatistics, sim: MarketStatistics, column: str) -> float:
+def _log_ratios(real: MarketStatistics, sim: MarketStatistics, column: str) -> np.ndarray:
+    """``log(target / simulated)`` per symbol of ``real``, where both are finite and > 0."""
     target = _column(real, column, real.table.index)
     got = _column(sim, column, real.table.index)
     ok = np.isfinite(target) & np.isfinite(got) & (target > 0) & (got > 0)
-    if not ok.any():
+    return np.log(target[ok] / got[ok])
+
+
+def _gain(real: MarketStatistics, sim: MarketStatistics, column: str) -> float:
+    ratios = _log_ratios(real, sim, column)
+    if ratios.size == 0:
         return 1.0
-    return float(np.clip(np.exp(np.mean(np.log(target[ok] / got[ok]))), 1 / _MAX_STEP, _MAX_STEP))
+    return float(np.clip(np.exp(np.mean(ratios)), 1 / _MAX_STEP, _MAX_STEP))
 
 
 def update_params(
@@ -216,13 +222,8 @@ def fit_error(real: MarketStatistics, sim: MarketStatistics) -> float:
     """Mean over :data:`FIT_COLUMNS` of the mean over symbols of ``|log(sim / real)|``
     (pairs with a non-finite or non-positive value skipped; 0 is a perfect fit, 0.69 a
     factor of 2 off on average)."""
-    errors = []
-    for column in FIT_COLUMNS:
-        target = _column(real, column, real.table.index)
-        got = _column(sim, column, real.table.index)
-        ok = np.isfinite(target) & np.isfinite(got) & (target > 0) & (got > 0)
-        if ok.any():
-            errors.append(float(np.mean(np.abs(np.log(got[ok] / target[ok])))))
+    ratios = [_log_ratios(real, sim, column) for column in FIT_COLUMNS]
+    errors = [float(np.mean(np.abs(r))) for r in ratios if r.size]
     return float(np.mean(errors)) if errors else float("inf")
 
 
