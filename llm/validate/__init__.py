@@ -21,17 +21,21 @@ instantiated as ``Network()``, whose ``apply(params, obs[..., D])`` returns
 ``(policy_outputs [..., 2], value [...])``.
 
 Command line: ``python -m llm.validate --kind reward|network FILE [--json]`` (exit 0
-accepted, 1 rejected, 2 usage error).
+accepted, 1 rejected, 2 usage error, 3 sandbox error).
 
 What is enforced, in short (details in each module): stage 1 allows only the listed
 imports and no dunder/private attributes, reflection builtins, frame/traceback
 attributes, ``str.format``, host callbacks, JAX host I/O or global registries, and no
 attribute assignment except ``self.x`` in methods; stage 2 runs in a separate process with
-``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE=0``, a wall-time kill, a fresh network
-namespace when ``unshare`` permits (:func:`llm.validate.sandbox.network_isolation`), an
-audit hook refusing file access, sockets, processes and class patching, curated builtins
-and read-only module views; it also refuses networks over ``Limits.max_params`` and
-compiled programs over ``Limits.max_program_bytes``.
+``RLIMIT_CPU``, ``RLIMIT_FSIZE=0``, a peak resident-memory limit watched by the parent (not
+an address-space limit, which depends on the host's core count and mapped libraries), a
+wall-time kill, a fresh network namespace when ``unshare`` permits
+(:func:`llm.validate.sandbox.network_isolation`), an audit hook refusing file access,
+sockets, processes and class patching, curated builtins and read-only module views; it
+also refuses networks over ``Limits.max_params`` and compiled programs over
+``Limits.max_program_bytes``. When the sandbox itself fails (an import error or a crash
+before the candidate is loaded, thread creation), :func:`validate` raises
+:class:`SandboxError` instead of rejecting the candidate.
 
 What is not enforced (honestly):
 
@@ -51,12 +55,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llm.validate.sandbox import SandboxError, run_runtime_stage
 from llm.validate.static import Limits, StaticError, check_static
 
 Stage = Literal["static", "runtime"]
 
 __all__ = [
     "Limits",
+    "SandboxError",
     "StaticError",
     "ValidationResult",
     "check_static",
@@ -102,6 +108,10 @@ def validate(
 
     Returns:
         A :class:`ValidationResult`; never raises for bad code.
+
+    Raises:
+        SandboxError: stage 2's sandbox failed before it could judge the code (e.g. the
+            child cannot import JAX or cannot start threads); the message names the cause.
     """
     limits = limits or Limits()
     try:
@@ -110,8 +120,6 @@ def validate(
         return ValidationResult(False, "static", str(e))
     if not runtime:
         return ValidationResult(True, None, "passed the static checks (runtime not run)")
-    from llm.validate.sandbox import run_runtime_stage
-
     ok, reason = run_runtime_stage(code, kind, limits)
     return ValidationResult(ok, None if ok else "runtime", reason)
 

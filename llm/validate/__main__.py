@@ -1,7 +1,8 @@
 """``python -m llm.validate --kind reward|network FILE [--json]``.
 
 Exit status: 0 accepted, 1 rejected (the stage and reason are printed), 2 usage error
-(bad arguments, unreadable file).
+(bad arguments, unreadable file), 3 sandbox error (the validator itself could not run the
+trial, e.g. the child cannot import JAX; the cause is printed; the code was not judged).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import json
 import sys
 
-from llm.validate import validate
+from llm.validate import SandboxError, validate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as e:
         print(f"error: cannot read {args.file}: {e}", file=sys.stderr)
         return 2
-    result = validate(code, args.kind)
+    try:
+        result = validate(code, args.kind)
+    except SandboxError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
     if args.json:
         print(json.dumps(result.to_dict()))
     elif result.ok:

@@ -2,16 +2,20 @@
 :func:`llm.validate.sandbox.run_runtime_stage` (not a user entry point).
 
 Reads ``{"code", "kind", "limits", "skip_static"}`` as JSON on stdin and writes one line
-``@@SERL_VALIDATE@@ {"ok", "reason"}`` on stdout. Order of work:
+``@@SERL_VALIDATE@@ {"ok", "reason", "peak_bytes"}`` on stdout (``"setup": true`` added
+when the harness itself failed). Order of work:
 
 0. Sets its resource limits (:func:`set_limits`).
 1. Imports JAX/flax and builds the trial inputs from the shipped real sample (US minute
    bars, validation days): a batch of ``EnvState`` transitions (including last steps of
-   windows) and the matching observations.
+   windows) and the matching observations. A failure up to here is the harness's
+   (``"setup": true``), never the candidate's; the line ``@@SERL_VALIDATE_READY@@`` on
+   stdout then tells the parent that the candidate is about to be loaded.
 2. Installs the guards: a ``sys.addaudithook`` hook that, from then on, refuses (raises
    ``PermissionError``) and records file opens other than read-only opens inside the
-   Python installation and the ``llm`` / ``serl_jax`` packages, directory listings
-   outside those, file-system changes, sockets,
+   Python installation and the packages imported in step 1 (``llm``, ``serl_jax``, JAX,
+   flax, ...: their lazy imports), directory listings outside those, file-system changes,
+   sockets,
    subprocess / ``os.system`` / ``exec*`` / ``fork`` / ``kill``, ``ctypes``, new imports
    of OS-level modules, tracing/profiling hooks and setting attributes on classes the
    candidate did not define; ``socket.socket`` is replaced by a stub. Audit hooks cannot be removed.
@@ -33,6 +37,7 @@ import os
 import sys
 
 RESULT_MARKER = "@@SERL_VALIDATE@@"
+READY_MARKER = "@@SERL_VALIDATE_READY@@"
 
 _BLOCKED_EVENT_PREFIXES = (
     "socket.", "subprocess.", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
@@ -107,15 +112,36 @@ class _Guard:
 
 
 def _read_roots() -> tuple[str, ...]:
-    """Directories the armed guard still lets Python read (lazy imports of library code):
-    the interpreter's and the environment's prefixes and the ``llm`` and ``serl_jax``
-    packages. Everything else (the repository, home, /tmp, /proc, /etc) is refused."""
-    import llm
-    import serl_jax
-
+    """Paths the armed guard still lets Python read (lazy imports of library code): the
+    interpreter's and the environment's prefixes and every top-level package (its
+    directory) or module (its file) imported so far, wherever ``sys.path`` found it.
+    Everything else (the repository, home, /tmp, /proc, /etc) is refused."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    roots |= {os.path.dirname(m.__file__) for m in (llm, serl_jax)}
-    return tuple(sorted(os.path.realpath(r) for r in roots if r and os.path.isdir(r)))
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if "." not in name and isinstance(where, str):
+            roots.add(os.path.dirname(where) if hasattr(module, "__path__") else where)
+    return tuple(sorted(os.path.realpath(r) for r in roots if r and os.path.exists(r)))
+
+
+def _open_own_status() -> int | None:
+    """A descriptor of ``/proc/self/status``, opened before the guard is armed, for
+    :func:`_peak_bytes`; ``None`` without ``/proc``."""
+    try:
+        return os.open("/proc/self/status", os.O_RDONLY)
+    except OSError:
+        return None
+
+
+def _peak_bytes(status_fd: int | None) -> int:
+    """This process's peak resident memory (``VmHWM``), bytes; 0 when unknown."""
+    if status_fd is None:
+        return 0
+    os.lseek(status_fd, 0, os.SEEK_SET)
+    for line in os.read(status_fd, 1 << 16).decode(errors="replace").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def _socket_guard() -> None:
@@ -194,7 +220,7 @@ def _compile(fn, max_bytes: int, *args):
     compiled = jax.jit(fn).lower(*args).compile()
     try:
         stats = compiled.memory_analysis()
-    except Exception:  # noqa: BLE001 - not every backend reports; RLIMIT_AS still holds
+    except Exception:  # noqa: BLE001 - not every backend reports; the RSS watch still holds
         stats = None
     if stats is not None:
         needed = int(stats.temp_size_in_bytes) + int(stats.output_size_in_bytes)
@@ -269,20 +295,30 @@ def _check_network(entry, obs, max_params: int, max_bytes: int) -> str:
     return f"{n_params} parameters, outputs finite on {obs.shape[0]} real observations"
 
 
-def run(request: dict) -> dict:
-    """Runs stage 2 in this (already resource-limited) process; returns ``{ok, reason}``."""
+def run(request: dict, ready=lambda: None) -> dict:
+    """Runs stage 2 in this (already resource-limited) process.
+
+    Args:
+        request: ``{"code", "kind", "limits", "skip_static"}``.
+        ready: called once the harness is set up, just before the candidate is loaded.
+
+    Returns:
+        ``{"ok", "reason"}``, with ``"setup": True`` when the harness itself failed.
+    """
     code, kind = request["code"], request["kind"]
     limits = request.get("limits", {})
-    guard = _Guard(_read_roots())
+    guard = _Guard(())
     sys.addaudithook(guard)
     try:
         from llm.validate import restricted
         from llm.validate.static import StaticError, check_static
 
         env, params, prev, action, nxt, obs = _trial_inputs(int(limits.get("batch_size", 64)))
+        guard.read_roots = _read_roots()
     except Exception as e:  # the harness itself failed: not the candidate's fault
-        return {"ok": False, "reason": f"sandbox setup failed: {_describe(e)}", "setup": True}
+        return {"ok": False, "reason": _describe(e), "setup": True}
     _socket_guard()
+    ready()
     guard.arm()
     try:
         if not request.get("skip_static"):
@@ -310,29 +346,38 @@ def run(request: dict) -> dict:
     return {"ok": True, "reason": detail}
 
 
-def set_limits(cpu_time_s: int, memory_bytes: int) -> None:
+def set_limits(cpu_time_s: int) -> None:
     """Resource limits of this process, set first thing (before JAX is imported).
 
-    ``RLIMIT_CPU`` (soft; hard one second later), ``RLIMIT_AS``, ``RLIMIT_FSIZE = 0`` (no
-    regular file can grow) and ``RLIMIT_CORE = 0``. Limits can only be lowered afterwards
-    (the candidate cannot reach ``resource`` anyway: the audit hook refuses it).
+    ``RLIMIT_CPU`` (soft; hard one second later), ``RLIMIT_FSIZE = 0`` (no regular file
+    can grow) and ``RLIMIT_CORE = 0``. Limits can only be lowered afterwards (the
+    candidate cannot reach ``resource`` anyway: the audit hook refuses it). Memory is
+    watched by the parent (resident memory; :mod:`llm.validate.sandbox` says why not
+    ``RLIMIT_AS``).
     """
     import resource
 
     cpu = max(1, int(cpu_time_s))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (int(memory_bytes), int(memory_bytes)))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def main(cpu_time_s: int, memory_bytes: int) -> None:
-    """Entry point of the child: request on stdin, result line on stdout."""
-    set_limits(cpu_time_s, memory_bytes)
+def main(cpu_time_s: int) -> None:
+    """Entry point of the child: request on stdin; the ready line and the result line
+    (with this process's peak resident memory) on stdout."""
+    set_limits(cpu_time_s)
+    status_fd = _open_own_status()
     request = json.loads(sys.stdin.read())
     out = sys.stdout
-    sys.stdout = sys.stderr  # nothing but the result line goes to the real stdout
-    result = run(request)
+    sys.stdout = sys.stderr  # nothing but the marker lines go to the real stdout
+
+    def ready() -> None:
+        out.write(f"{READY_MARKER}\n")
+        out.flush()
+
+    result = run(request, ready)
+    result["peak_bytes"] = _peak_bytes(status_fd)
     out.write(f"{RESULT_MARKER} {json.dumps(result)}\n")
     out.flush()
     os._exit(0)  # skip interpreter teardown (candidate objects, XLA threads)

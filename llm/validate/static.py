@@ -108,8 +108,9 @@ class Limits:
         wall_time_s: wall-clock time of the stage-2 child process (import, trace, compile
             and run included), enforced by the parent with SIGKILL.
         cpu_time_s: ``RLIMIT_CPU`` of the child, seconds (all threads together).
-        memory_bytes: ``RLIMIT_AS`` of the child (virtual address space; JAX alone maps
-            about 3 GiB after import).
+        memory_bytes: peak resident memory (RSS) of the child, watched by the parent
+            (:mod:`llm.validate.sandbox`); JAX and the trial inputs alone take about
+            0.45 GiB, so the default leaves room for ``max_program_bytes`` and more.
         max_params: most network parameters (counted from shapes before allocating).
         max_program_bytes: most buffer bytes (temporaries + outputs) of any compiled
             trial program, from XLA's memory analysis before it runs.
@@ -121,7 +122,7 @@ class Limits:
     max_ast_nodes: int = 5_000
     wall_time_s: float = 60.0
     cpu_time_s: int = 60
-    memory_bytes: int = 6 * 1024**3
+    memory_bytes: int = 3 * 1024**3
     max_params: int = 1_000_000
     max_program_bytes: int = 2**30
     batch_size: int = 64

@@ -50,7 +50,7 @@ from llm.prompts import (
     parse_instruction,
     refinement_prompt,
 )
-from llm.validate import Limits, validate
+from llm.validate import Limits, SandboxError, validate
 from serl_jax.config import Config
 from serl_jax.loop.convergence import EmaConvergence
 from serl_jax.loop.evaluation import ProgramEvaluator
@@ -287,24 +287,34 @@ class SERLLoop:
             t0 = time.perf_counter()
             for kind in kinds:
                 code = cand.reward_code if kind == "reward" else cand.network_code
-                result = validate(code, kind, limits=self.limits)
+                try:
+                    result = validate(code, kind, limits=self.limits)
+                except SandboxError as e:
+                    raise SandboxError(f"validating {cand.id} ({kind}): {e}") from None
                 if not result.ok:
                     break
             return cand, result, time.perf_counter() - t0
 
         workers = max(1, min(self.loop.validation_workers, len(pending)))
         with ThreadPoolExecutor(workers) as pool:
-            for cand, result, seconds in pool.map(check, pending):
-                cand.validation = {"ok": result.ok, "stage": result.stage, "reason": result.reason}
-                cand.timing["validate"] = seconds
-                if result.ok:
-                    cand.status = "validated"
-                else:
-                    cand.status = "rejected"
-                    cand.error = f"rejected at the {result.stage} stage: {result.reason}"
-                    cand.score = self.loop.failure_pa
-                self.store.update(cand)
-                self._report_candidate(cand)
+            try:
+                for cand, result, seconds in pool.map(check, pending):
+                    cand.validation = result.to_dict()
+                    cand.timing["validate"] = seconds
+                    if result.ok:
+                        cand.status = "validated"
+                    else:
+                        cand.status = "rejected"
+                        cand.error = f"rejected at the {result.stage} stage: {result.reason}"
+                        cand.score = self.loop.failure_pa
+                    self.store.update(cand)
+                    self._report_candidate(cand)
+            except SandboxError as e:
+                # Not the candidates' fault: stop instead of scoring them all as failed. The
+                # unchecked candidates stay "proposed", so a resumed run validates them.
+                pool.shutdown(cancel_futures=True)
+                self.log(f"stopping: {e}")
+                raise
 
     def _evaluate(self, pending: list[Candidate], evaluator: ProgramEvaluator) -> None:
         """Trains each distinct program once; a candidate whose program was evaluated
@@ -414,6 +424,9 @@ class SERLLoop:
 
         Raises:
             llm.backends.BackendError: the designer failed (the run stays resumable).
+            llm.validate.SandboxError: the validation sandbox itself failed (the message
+                names the candidate and the cause; the run stays resumable: candidates not
+                yet validated stay ``proposed``).
             RuntimeError: the reference candidate failed (bad config or data).
         """
         finished = {s.iteration: s for s in self.store.iterations()}

@@ -25,7 +25,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from llm.validate import Limits, StaticError, ValidationResult, load_validated, validate
+from llm.validate import (
+    Limits,
+    SandboxError,
+    StaticError,
+    ValidationResult,
+    load_validated,
+    validate,
+)
 from llm.validate.restricted import module_view
 from llm.validate.sandbox import run_runtime_stage
 from serl_jax.envs import EnvParams, ExecutionEnv, default_reward
@@ -94,6 +101,8 @@ def test_runtime_and_valid_programs(program, runtime_results):
         assert result.ok, result.reason
         assert result.stage is None
         assert program.get("reason", "") in result.reason
+        peak_mib = int(re.search(r"peak resident memory (\d+) MiB", result.reason).group(1))
+        assert 100 < peak_mib < TEST_LIMITS.memory_bytes / 2**20
     else:
         assert not result.ok
         assert result.stage == "runtime", result.reason
@@ -122,10 +131,95 @@ def test_sandbox_reports_violations_even_when_caught(runtime_results):
 
 
 def test_wall_time_limit():
-    code = (PROGRAMS / "ok_default_reward.txt").read_text()
-    ok, reason = run_runtime_stage(code, "reward", Limits(wall_time_s=1.0))
+    # CPU time above the wall time, so the parent's kill is what stops the spinning loop.
+    code = (PROGRAMS / "runtime_infinite_loop.txt").read_text()
+    ok, reason = run_runtime_stage(code, "reward", Limits(wall_time_s=12.0, cpu_time_s=60))
     assert not ok
-    assert "wall-time limit of 1 s exceeded" in reason
+    assert reason == "wall-time limit of 12 s exceeded"
+
+
+def test_resident_memory_watch_kills_a_memory_bomb():
+    # 3e8 list slots = 2.4 GB, filled at trace time: malloc succeeds (no address-space
+    # limit), so only the parent's resident-memory watch can stop it, at 1 GiB.
+    code = (
+        "def reward(prev_state, action, next_state, params):\n"
+        "    junk = [0] * (3 * 10**8)\n"
+        "    return 0.0\n"
+    )
+    result = validate(code, "reward", limits=Limits(memory_bytes=2**30))
+    assert (result.ok, result.stage) == (False, "runtime")
+    peak = re.fullmatch(r"MemoryError: resident memory reached (\d+) MiB, limit 1024 MiB",
+                        result.reason)  # fmt: skip
+    assert peak is not None, result.reason
+    assert 1024 < int(peak.group(1)) < 1024 + 512  # killed within one poll of the limit
+
+
+def test_valid_program_passes_with_1gib_thread_stacks():
+    # Issue 13: under RLIMIT_AS every thread's stack reservation counted, so with 1 GiB
+    # default stacks XLA could not start its threads and every program was "rejected"
+    # (signal 6, "LLVM ERROR: pthread_create failed"), as on a 16-core host.
+    done = subprocess.run(
+        ["bash", "-c", 'ulimit -s 1048576 && exec "$0" -m llm.validate --json --kind reward "$1"',
+         sys.executable, str(PROGRAMS / "ok_default_reward.txt")],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+
+
+BROKEN_JAX = {
+    "import_error": 'raise ImportError("simulated: no jax here")\n',
+    "thread_creation": (
+        "import os, sys\n"
+        "sys.stderr.write('LLVM ERROR: pthread_create failed: '\n"
+        "                 'Resource temporarily unavailable\\n')\n"
+        "sys.stderr.flush()\n"
+        "os.abort()\n"
+    ),
+}
+
+
+def _broken_jax(root: Path, how: str) -> Path:
+    """A directory holding a ``jax`` package that fails on import as ``how`` says."""
+    (root / "jax").mkdir()
+    (root / "jax" / "__init__.py").write_text(BROKEN_JAX[how])
+    return root
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("import_error", "failed before loading the candidate: ImportError: simulated: no jax"),
+        ("thread_creation", "died of signal 6 before loading the candidate: LLVM ERROR: "
+         "pthread_create failed"),
+    ],
+)  # fmt: skip
+def test_sandbox_crash_is_a_sandbox_error(how, message, tmp_path, monkeypatch):
+    # The broken jax is on this process's sys.path only: the child sees the parent's path.
+    monkeypatch.syspath_prepend(str(_broken_jax(tmp_path, how)))
+    code = (PROGRAMS / "ok_default_reward.txt").read_text()
+    with pytest.raises(SandboxError) as caught:
+        validate(code, "reward", limits=TEST_LIMITS)
+    assert str(caught.value).startswith("sandbox error: the validation child ")
+    assert message in str(caught.value)
+
+
+def test_cli_reports_a_sandbox_error(tmp_path):
+    broken = _broken_jax(tmp_path, "thread_creation")
+    done = _cli("--kind", "reward", str(PROGRAMS / "ok_default_reward.txt"),
+                env={**os.environ, "PYTHONPATH": str(broken)})  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: sandbox error: the validation child died of signal 6")
+    assert "pthread_create failed" in done.stderr
+
+
+def test_limits_too_small_for_the_sandbox_are_a_sandbox_error():
+    code = (PROGRAMS / "ok_default_reward.txt").read_text()
+    with pytest.raises(SandboxError, match=r"over Limits.memory_bytes \(100 MiB\) before load"):
+        run_runtime_stage(code, "reward", Limits(memory_bytes=100 * 2**20))
+    with pytest.raises(SandboxError, match=r"ran past Limits.wall_time_s \(1 s\) before load"):
+        run_runtime_stage(code, "reward", Limits(wall_time_s=1.0))
 
 
 def test_size_limits():
@@ -206,14 +300,14 @@ def test_module_views_are_read_only():
     assert jnp.sum is not None and callable(jnp.where)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "llm.validate", *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=Path(__file__).parents[2],
-        env={**os.environ},
+        env=env or {**os.environ},
     )
 
 

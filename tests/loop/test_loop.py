@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from llm.backends import ScriptedBackend
+from llm.validate import Limits, SandboxError
 from serl_jax import evaluate, train
-from serl_jax.loop import RunStore, evaluation
+from serl_jax.config import load_config
+from serl_jax.loop import RunStore, SERLLoop, evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "llm" / "programs"
@@ -172,3 +175,23 @@ def test_best_checkpoint_reloads_with_its_own_code(resumed_run, capsys):
     (record,) = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     expected = report["test"][f"SE-RL {best_id}"]["PA"]["value"]
     assert record["PA"]["value"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_sandbox_failure_stops_the_loop_with_its_cause(tmp_path):
+    # 64 MiB is less than JAX alone takes in the validation child: the sandbox, not the
+    # reference program, fails, so the loop stops instead of scoring it as rejected.
+    cfg = load_config(TINY, ["loop.market=sample:us_1min"])
+    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
+    loop = SERLLoop(
+        cfg, ScriptedBackend(["never asked at j0"]), store, obs_dim=7, num_features=5,
+        limits=Limits(memory_bytes=64 * 2**20), log=None,
+    )  # fmt: skip
+    with pytest.raises(SandboxError) as caught:
+        loop.run()
+    assert str(caught.value).startswith(
+        "validating j0-default (reward): sandbox error: the validation child used "
+    )
+    assert "over Limits.memory_bytes (64 MiB) before loading the candidate" in str(caught.value)
+    [ref] = store.candidates(0)
+    assert (ref.status, ref.score, ref.error) == ("proposed", None, "")  # resumable as is
+    assert store.iterations() == []
