@@ -26,24 +26,28 @@ accepted, 1 rejected, 2 usage error, 3 sandbox error).
 What is enforced, in short (details in each module): stage 1 allows only the listed
 imports and no dunder/private attributes, reflection builtins, frame/traceback
 attributes, ``str.format``, host callbacks, JAX host I/O or global registries, and no
-attribute assignment except ``self.x`` in methods; stage 2 runs in a separate process with
-``RLIMIT_CPU``, ``RLIMIT_FSIZE=0``, a peak resident-memory limit watched by the parent (not
-an address-space limit, which depends on the host's core count and mapped libraries), a
+attribute assignment except ``self.x`` in methods, no ``while_loop`` (a data-dependent
+trip count that no trial can bound) and ``fori_loop`` only with integer-literal bounds up
+to ``Limits.max_loop_trips``; stage 2 runs in a separate process with ``RLIMIT_CPU``,
+``RLIMIT_FSIZE=0``, a peak resident-memory limit watched by the parent (not an
+address-space limit, which depends on the host's core count and mapped libraries), a
 wall-time kill, a fresh network namespace when ``unshare`` permits
 (:func:`llm.validate.sandbox.network_isolation`), an audit hook refusing file access,
 sockets, processes and class patching, curated builtins and read-only module views; it
-also refuses networks over ``Limits.max_params`` and compiled programs over
-``Limits.max_program_bytes``. When the sandbox itself fails (an import error or a crash
-before the candidate is loaded, thread creation), :func:`validate` raises
-:class:`SandboxError` instead of rejecting the candidate.
+also refuses networks over ``Limits.max_params``, compiled programs over
+``Limits.max_program_bytes`` and trial programs slower than ``Limits.max_time_factor``
+times the default program's on the same batch. When the sandbox itself fails (an import
+error or a crash before the candidate is loaded, thread creation), :func:`validate`
+raises :class:`SandboxError` instead of rejecting the candidate.
 
 What is not enforced (honestly):
 
 - :func:`load_validated` runs in the caller's process; restricted globals and read-only
   module views there are defense in depth, not an isolation boundary (CPython has none).
 - Stage 2 tries the code on the shipped sample's shapes and a batch of real states; code
-  can behave differently on other data (e.g. loop at trace time only for bigger inputs),
-  so training must keep its own time limits.
+  can behave differently on other data (e.g. loop at trace time only for bigger inputs,
+  or reduce over a bigger ``params.data``), so training keeps its own wall-clock budget
+  (``loop.train_budget_s``, :mod:`serl_jax.loop.workers`).
 - Mutation of mutable objects reachable through allowed modules (if any) by method calls
   is not detected; module attributes themselves cannot be reassigned.
 - Without ``unshare`` the child shares the host's network namespace; sockets are then

@@ -8,7 +8,8 @@ when the harness itself failed). Order of work:
 0. Sets its resource limits (:func:`set_limits`).
 1. Imports JAX/flax and builds the trial inputs from the shipped real sample (US minute
    bars, validation days): a batch of ``EnvState`` transitions (including last steps of
-   windows) and the matching observations. A failure up to here is the harness's
+   windows) and the matching observations, and compiles the default program's trial
+   (``llm.prompts.DEFAULT_CODE``) on them. A failure up to here is the harness's
    (``"setup": true``), never the candidate's; the line ``@@SERL_VALIDATE_READY@@`` on
    stdout then tells the parent that the candidate is about to be loaded.
 2. Installs the guards: a ``sys.addaudithook`` hook that, from then on, refuses (raises
@@ -25,6 +26,15 @@ when the harness itself failed). Order of work:
    ``init`` + ``apply``) and checks shapes, dtypes, finiteness, the parameter count (from
    shapes, before allocating) and XLA's estimate of each compiled program's buffers
    (``Limits.max_program_bytes``, before running it).
+4. Times the candidate's compiled trial program against the default program's on the
+   same batch (fastest of up to :data:`TIMING_ROUNDS` alternating calls, so both see the
+   same machine load) and rejects it above ``Limits.max_time_factor``. Measured on 2 CPU
+   cores (64 lanes): the default reward's trial ~65 us per call, the library's rewards
+   0.9-1.2x, its networks 1.0-3.5x (``apply``), a 583 k-parameter MLP 6x, 1000 trips of
+   256 sines per lane ~400x; so 20x admits networks up to the parameter limit and still
+   stops a reward doing hundreds of times the default's work per step. The trial sees the
+   sample's shapes only: a reward whose cost grows with the market (a reduction over
+   ``params.data``) costs more in training, which the loop's training budget bounds.
 
 Any recorded guard violation rejects the candidate even if its code caught the error.
 """
@@ -35,9 +45,14 @@ import json
 import math
 import os
 import sys
+import time
 
 RESULT_MARKER = "@@SERL_VALIDATE@@"
 READY_MARKER = "@@SERL_VALIDATE_READY@@"
+#: Alternating calls of the candidate's and the default's trial program (fastest counts).
+TIMING_ROUNDS = 20
+#: Seconds of candidate calls after which the timing stops early.
+TIMING_BUDGET_S = 2.0
 
 _BLOCKED_EVENT_PREFIXES = (
     "socket.", "subprocess.", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
@@ -232,25 +247,92 @@ def _compile(fn, max_bytes: int, *args):
     return compiled
 
 
-def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int) -> str:
+class TooSlow(Exception):
+    """The candidate's trial program runs too long next to the default program's."""
+
+
+def _best_times(candidate, default) -> tuple[float, float]:
+    """The fastest of up to :data:`TIMING_ROUNDS` calls of each (compiled, warm) program,
+    seconds, alternating so that both see the same load; stops early once the candidate
+    has used :data:`TIMING_BUDGET_S` (a very slow candidate is not timed 20 times)."""
     import jax
-    import jax.numpy as jnp
 
-    from serl_jax.components.reward import check_reward_output, total_reward
+    best_c = best_d = math.inf
+    spent = 0.0
+    for _ in range(TIMING_ROUNDS):
+        t0 = time.perf_counter()
+        jax.block_until_ready(default())
+        best_d = min(best_d, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        jax.block_until_ready(candidate())
+        took = time.perf_counter() - t0
+        best_c, spent = min(best_c, took), spent + took
+        if spent > TIMING_BUDGET_S:
+            break
+    return best_c, best_d
 
-    one = jax.tree.map(lambda x: x[0], (prev, action, nxt))
-    form = check_reward_output(jax.eval_shape(entry, one[0], one[1], one[2], params))
-    # The reward alone, vmapped, and the slot as the env uses it (a vmapped step_env with
-    # this reward), compiled together as one program.
-    slot_env = type(env)(reward_fn=entry)
-    step = jax.vmap(slot_env.step_env, in_axes=(None, 0, 0, None))
+
+def _check_time(candidate, default, max_factor: float) -> str:
+    """Compares the candidate's trial run time with the default program's on the same
+    batch; raises :class:`TooSlow` above ``max_factor``, else returns a note."""
+    t_c, t_d = _best_times(candidate, default)
+    factor = t_c / max(t_d, 1e-9)
+    timing = f"{t_c * 1e6:.0f} us per call, {factor:.1f}x the default program's {t_d * 1e6:.0f} us"
+    if factor > max_factor:
+        raise TooSlow(f"trial program takes {timing}, limit {max_factor:g}x")
+    return timing
+
+
+def _reward_trial(entry, env):
+    """The reward alone, vmapped, and the slot as the env uses it (a vmapped ``step_env``
+    with this reward), as one function of ``(key, prev, action, nxt, params)``."""
+    import jax
+
+    from serl_jax.components.reward import total_reward
+
+    step = jax.vmap(type(env)(reward_fn=entry).step_env, in_axes=(None, 0, 0, None))
 
     def trial(key, prev, action, nxt, params):
         alone = jax.vmap(entry, in_axes=(0, 0, 0, None))(prev, action, nxt, params)
         return total_reward(alone), step(key, prev, action, params)[2]
 
+    return trial
+
+
+def _default_program(kind: str, env, params, prev, action, nxt, obs):
+    """The default program's trial (the loop's reference, ``llm.prompts.DEFAULT_CODE``),
+    compiled and run once: a zero-argument call to time against the candidate's."""
+    import jax
+
+    from llm.prompts.defaults import DEFAULT_CODE
+    from llm.validate.restricted import exec_entry_point
+
+    entry = exec_entry_point(DEFAULT_CODE[kind], kind)
+    if kind == "reward":
+        args = (jax.random.PRNGKey(1), prev, action, nxt, params)
+        program = jax.jit(_reward_trial(entry, env)).lower(*args).compile()
+    else:
+        module = entry()  # zero parameters: the values do not change the run time
+        shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0), obs)
+        args = (jax.tree.map(lambda x: jax.numpy.zeros(x.shape, x.dtype), shapes), obs)
+        program = jax.jit(module.apply).lower(*args).compile()
+    jax.block_until_ready(program(*args))
+    return lambda: program(*args)
+
+
+def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int):
+    """Checks a reward; returns ``(form, run)``, ``run`` a zero-argument call of its
+    compiled trial program."""
+    import jax
+    import jax.numpy as jnp
+
+    from serl_jax.components.reward import check_reward_output
+
+    one = jax.tree.map(lambda x: x[0], (prev, action, nxt))
+    form = check_reward_output(jax.eval_shape(entry, one[0], one[1], one[2], params))
     args = (jax.random.PRNGKey(1), prev, action, nxt, params)
-    values, in_env = _compile(trial, max_bytes, *args)(*args)
+    program = _compile(_reward_trial(entry, env), max_bytes, *args)
+    values, in_env = program(*args)
     if values.shape != (action.shape[0],):
         raise ValueError(f"vmapped reward has shape {values.shape}, expected {action.shape}")
     finite = jnp.isfinite(values)
@@ -259,10 +341,12 @@ def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int) -> str:
         raise ValueError(f"reward is not finite (NaN/inf) on {bad} of {values.size} states")
     if not bool(jnp.isfinite(in_env).all()):
         raise ValueError("reward is not finite (NaN/inf) inside ExecutionEnv.step")
-    return form
+    return form, lambda: program(*args)
 
 
-def _check_network(entry, obs, max_params: int, max_bytes: int) -> str:
+def _check_network(entry, obs, max_params: int, max_bytes: int):
+    """Checks a network; returns ``(note, run)``, ``run`` a zero-argument call of its
+    compiled ``apply`` on the trial observations."""
     import jax
     import jax.numpy as jnp
 
@@ -289,10 +373,12 @@ def _check_network(entry, obs, max_params: int, max_bytes: int) -> str:
     variables = _compile(module.init, max_bytes, key, obs)(key, obs)
     if set(variables) != {"params"}:
         raise ValueError(f"network must have only 'params' variables, got {sorted(variables)}")
-    policy, value = _compile(module.apply, max_bytes, variables, obs)(variables, obs)
+    apply = _compile(module.apply, max_bytes, variables, obs)
+    policy, value = apply(variables, obs)
     if not (bool(jnp.isfinite(policy).all()) and bool(jnp.isfinite(value).all())):
         raise ValueError("network outputs are not finite (NaN/inf) on real observations")
-    return f"{n_params} parameters, outputs finite on {obs.shape[0]} real observations"
+    note = f"{n_params} parameters, outputs finite on {obs.shape[0]} real observations"
+    return note, lambda: apply(variables, obs)
 
 
 def run(request: dict, ready=lambda: None) -> dict:
@@ -314,6 +400,7 @@ def run(request: dict, ready=lambda: None) -> dict:
         from llm.validate.static import StaticError, check_static
 
         env, params, prev, action, nxt, obs = _trial_inputs(int(limits.get("batch_size", 64)))
+        default = _default_program(kind, env, params, prev, action, nxt, obs)
         guard.read_roots = _read_roots()
     except Exception as e:  # the harness itself failed: not the candidate's fault
         return {"ok": False, "reason": _describe(e), "setup": True}
@@ -326,13 +413,16 @@ def run(request: dict, ready=lambda: None) -> dict:
         entry = restricted.exec_entry_point(code, kind)
         max_bytes = int(limits.get("max_program_bytes", 2**30))
         if kind == "reward":
-            form = _check_reward(entry, env, params, prev, action, nxt, max_bytes)
+            form, program = _check_reward(entry, env, params, prev, action, nxt, max_bytes)
             detail = f"{form}, jit+vmap, finite on {action.shape[0]} real transitions"
         else:
             max_params = int(limits.get("max_params", 1_000_000))
-            detail = _check_network(entry, obs, max_params, max_bytes)
+            detail, program = _check_network(entry, obs, max_params, max_bytes)
+        timing = _check_time(program, default, float(limits["max_time_factor"]))
     except StaticError as e:
         return {"ok": False, "reason": f"static: {e}"}
+    except TooSlow as e:
+        return {"ok": False, "reason": f"run time: {e}"}
     except RecursionError:
         return {"ok": False, "reason": "RecursionError: maximum recursion depth exceeded"}
     except MemoryError as e:
@@ -343,7 +433,7 @@ def run(request: dict, ready=lambda: None) -> dict:
         return {"ok": False, "reason": _describe(e)}
     if guard.violations:
         return {"ok": False, "reason": f"sandbox violation: {guard.violations[0]}"}
-    return {"ok": True, "reason": detail}
+    return {"ok": True, "reason": f"{detail}; {timing}"}
 
 
 def set_limits(cpu_time_s: int) -> None:

@@ -20,6 +20,17 @@ The code is parsed with :mod:`ast` and walked against an allow-list. What is enf
   its objects in place (``tree_util`` / ``register_*``, ``set_printoptions``,
   ``enable_named_call``, ``set_mesh``, ``functools.wraps`` / ``update_wrapper`` ...).
 - Statements: no ``global`` / ``nonlocal``, ``async`` code, ``await`` or ``yield``.
+- Loops with a bounded trip count only: ``while_loop`` (``jax.lax``, ``flax.linen``) and
+  the ``while_p`` primitive are refused, since their trip count depends on traced data: a
+  trial run cannot bound what they cost in training, where the same code meets other
+  data (a reward spinning 2^31 times per call passed a trial in 8 s and then ran for
+  every step of every episode). ``fori_loop`` is allowed only as a direct call with
+  integer-literal bounds, ``fori_loop(0, 16, body, init)``, at most
+  ``Limits.max_loop_trips`` trips (with traced bounds it would be a ``while_loop``).
+  ``scan`` / ``lax.map`` run a static trip count (a shape), the same in the trial as in
+  training, so stage 2's run-time comparison with the default program bounds them;
+  primitives cannot be bound directly (``bind`` is refused). Python loops unroll at trace
+  time, inside stage 2's time limits.
 - Mutation: an attribute may be assigned or deleted only as ``self.<name>`` inside a method
   whose first parameter is ``self`` (flax ``setup``); ``self`` is a parameter nowhere else
   and is never rebound; a class defined by the candidate may be used only by calling it
@@ -42,6 +53,7 @@ stage 2's process isolation is a second wall, not the only one.
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -88,13 +100,24 @@ DENIED_JAX: frozenset[str] = frozenset(
         "os", "sys", "subprocess", "socket", "importlib", "ctypes", "shutil", "pathlib",
         "io", "pickle", "marshal", "signal", "threading", "multiprocessing", "inspect",
         "gc", "weakref", "resource", "posix", "nt",
+        # binding a primitive directly skips every wrapper's checks (e.g. lax.while_p)
+        "bind",
     }
 )  # fmt: skip
 
-DENIED_NAMES: frozenset[str] = DENIED_BUILTINS | DENIED_JAX
+# Loops whose trip count depends on traced data: no trial run can bound their cost.
+UNBOUNDED_LOOP_NAMES: frozenset[str] = frozenset({"while_loop", "while_p"})
+# Loops allowed only as direct calls with integer-literal bounds (Limits.max_loop_trips).
+COUNTED_LOOP_NAMES: frozenset[str] = frozenset({"fori_loop"})
+
+DENIED_NAMES: frozenset[str] = DENIED_BUILTINS | DENIED_JAX | UNBOUNDED_LOOP_NAMES
 # Dunder names a candidate may *define* (as a method directly in a class body) but never use.
 ALLOWED_METHOD_DUNDERS: frozenset[str] = frozenset({"__call__"})
 DENIED_ATTRIBUTE_PREFIXES: tuple[str, ...] = ("_", "f_", "gi_", "cr_", "ag_", "tb_", "co_")
+# Converting a parse tree to Python objects keeps its recursion depth in interpreter-wide
+# state, which threads parsing at once corrupt on CPython < 3.11.8 / 3.12.1 ("SystemError:
+# AST constructor recursion depth mismatch", gh-106905); the loop validates in threads.
+_PARSE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,12 @@ class Limits:
         max_program_bytes: most buffer bytes (temporaries + outputs) of any compiled
             trial program, from XLA's memory analysis before it runs.
         batch_size: states / observations in the trial batch.
+        max_loop_trips: most trips of one ``fori_loop`` (its bounds must be literals).
+        max_time_factor: most run time of the candidate's compiled trial program (reward:
+            the reward vmapped over the batch together with a vmapped ``step_env`` using
+            it; network: ``apply`` on the batch's observations) over the default
+            program's (``llm.prompts.DEFAULT_CODE``) on the same batch, fastest of
+            alternating calls in the same child.
     """
 
     max_chars: int = 20_000
@@ -126,6 +155,8 @@ class Limits:
     max_params: int = 1_000_000
     max_program_bytes: int = 2**30
     batch_size: int = 64
+    max_loop_trips: int = 1024
+    max_time_factor: float = 20.0
 
 
 class StaticError(ValueError):
@@ -138,6 +169,13 @@ def _reject(node: ast.AST | None, message: str) -> StaticError:
 
 
 def _check_identifier(node: ast.AST, name: str, what: str) -> None:
+    if name in UNBOUNDED_LOOP_NAMES:
+        raise _reject(
+            node,
+            f"{what} {name!r} is not allowed: a while loop runs a data-dependent number of "
+            "times, so its cost cannot be bounded before training (use lax.fori_loop with "
+            "integer-literal bounds, or lax.scan)",
+        )
     if "__" in name:
         raise _reject(node, f"{what} {name!r} contains '__' (dunder names are not allowed)")
     if name in DENIED_NAMES:
@@ -170,8 +208,41 @@ def _check_import(node: ast.Import | ast.ImportFrom) -> None:
         _check_identifier(node, alias.name, "imported name")
         if alias.asname:
             _check_identifier(node, alias.asname, "import alias")
+            if alias.name in COUNTED_LOOP_NAMES:
+                raise _reject(node, f"{alias.name!r} may not be imported under another name")
         if (alias.asname or alias.name) == "self":
             raise _reject(node, "'self' may not be assigned or deleted")
+
+
+def _int_literal(node: ast.expr | None) -> int | None:
+    """The value of an integer literal (``7``, ``-7``), else ``None``."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        sign, node = (-1 if isinstance(node.op, ast.USub) else 1), node.operand
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return sign * node.value
+    return None
+
+
+def _check_counted_loop(node: ast.AST, parent: ast.AST | None, name: str, max_trips: int):
+    """``fori_loop`` only as a direct call with literal bounds and at most ``max_trips``
+    trips (with traced bounds JAX runs it as a ``while_loop``)."""
+    if not (isinstance(parent, ast.Call) and parent.func is node):
+        raise _reject(node, f"{name!r} may only be called directly, {name}(0, 16, body, init)")
+    keywords = {k.arg: k.value for k in parent.keywords}
+    lower = parent.args[0] if len(parent.args) > 0 else keywords.get("lower")
+    upper = parent.args[1] if len(parent.args) > 1 else keywords.get("upper")
+    low, high = _int_literal(lower), _int_literal(upper)
+    if low is None or high is None:
+        raise _reject(
+            node,
+            f"{name} needs integer-literal bounds, e.g. {name}(0, 16, body, init), so that its "
+            "trip count is known before it runs",
+        )
+    if high - low > max_trips:
+        raise _reject(
+            node, f"{name} runs {high - low} trips, limit {max_trips} (Limits.max_loop_trips)"
+        )
 
 
 _FORBIDDEN_NODES: dict[type, str] = {
@@ -189,8 +260,9 @@ _FORBIDDEN_NODES: dict[type, str] = {
 class _Checker(ast.NodeVisitor):
     """Walks the tree; raises :class:`StaticError` at the first violation."""
 
-    def __init__(self, class_names: set[str]):
+    def __init__(self, class_names: set[str], max_loop_trips: int):
         self.class_names = class_names
+        self.max_loop_trips = max_loop_trips
         self.method_stack: list[bool] = []  # per function: is it a method with a `self`
         self.class_depth: list[bool] = []  # per scope: is the direct parent a class body
         self.parents: dict[ast.AST, ast.AST] = {}
@@ -213,6 +285,8 @@ class _Checker(ast.NodeVisitor):
         _check_identifier(node, node.id, "name")
         if node.id == "self" and not isinstance(node.ctx, ast.Load):
             raise _reject(node, "'self' may not be assigned or deleted")
+        if node.id in COUNTED_LOOP_NAMES:
+            _check_counted_loop(node, self.parents.get(node), node.id, self.max_loop_trips)
         if node.id in self.class_names and isinstance(node.ctx, ast.Load):
             parent = self.parents.get(node)
             is_call = isinstance(parent, ast.Call) and parent.func is node
@@ -228,6 +302,8 @@ class _Checker(ast.NodeVisitor):
         _check_identifier(node, name, "attribute")
         if name.startswith(DENIED_ATTRIBUTE_PREFIXES):
             raise _reject(node, f"attribute {name!r} is not allowed (private or introspection)")
+        if name in COUNTED_LOOP_NAMES:
+            _check_counted_loop(node, self.parents.get(node), name, self.max_loop_trips)
         if not isinstance(node.ctx, ast.Load):
             in_method = bool(self.method_stack) and any(self.method_stack)
             on_self = isinstance(node.value, ast.Name) and node.value.id == "self"
@@ -370,7 +446,8 @@ def check_static(code: str, kind: str, limits: Limits | None = None) -> ast.Modu
     if n_lines > limits.max_lines:
         raise StaticError(f"code has {n_lines} lines, limit {limits.max_lines}")
     try:
-        tree = ast.parse(code, filename="<candidate>", mode="exec")
+        with _PARSE_LOCK:
+            tree = ast.parse(code, filename="<candidate>", mode="exec")
     except SyntaxError as e:
         raise StaticError(f"line {e.lineno}: syntax error: {e.msg}") from None
     except (ValueError, RecursionError, MemoryError) as e:
@@ -380,7 +457,7 @@ def check_static(code: str, kind: str, limits: Limits | None = None) -> ast.Modu
         raise StaticError(f"code has {n_nodes} AST nodes, limit {limits.max_ast_nodes}")
     class_names = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     try:
-        _Checker(class_names).visit(tree)
+        _Checker(class_names, limits.max_loop_trips).visit(tree)
     except RecursionError:
         raise StaticError("code is nested too deeply") from None
     _check_entry_point(tree, kind)

@@ -103,6 +103,8 @@ def test_runtime_and_valid_programs(program, runtime_results):
         assert program.get("reason", "") in result.reason
         peak_mib = int(re.search(r"peak resident memory (\d+) MiB", result.reason).group(1))
         assert 100 < peak_mib < TEST_LIMITS.memory_bytes / 2**20
+        factor = float(re.search(r"([\d.]+)x the default program's", result.reason).group(1))
+        assert 0 < factor <= TEST_LIMITS.max_time_factor
     else:
         assert not result.ok
         assert result.stage == "runtime", result.reason
@@ -122,6 +124,30 @@ def test_canary_never_created(path, canary_dir, runtime_results):
     ok, reason = runtime_results[f"canary/{path.stem}"]
     assert not ok, reason
     assert not (canary_dir / f"{path.stem}.sandbox").exists()
+
+
+TIMING = re.compile(
+    r"run time: trial program takes (\d+) us per call, ([\d.]+)x the default program's "
+    r"(\d+) us, limit 20x"
+)
+
+
+def test_a_bounded_but_slow_reward_is_rejected_for_its_run_time(runtime_results):
+    result = runtime_results["runtime_slow_reward"]
+    timing = TIMING.fullmatch(result.reason)
+    assert timing is not None, result.reason
+    candidate_us, factor, default_us = (float(g) for g in timing.groups())
+    assert factor > 20 and candidate_us > 20 * default_us
+    assert factor == pytest.approx(candidate_us / default_us, rel=0.02, abs=0.1)
+
+
+def test_time_factor_is_the_limit_used():
+    # The default reward against itself runs about 1x: over a 0.01x limit, under 20x.
+    code = (PROGRAMS / "ok_default_reward.txt").read_text()
+    result = validate(code, "reward", limits=Limits(max_time_factor=0.01))
+    assert (result.ok, result.stage) == (False, "runtime")
+    assert result.reason.startswith("run time: trial program takes ")
+    assert result.reason.endswith(", limit 0.01x")
 
 
 def test_sandbox_reports_violations_even_when_caught(runtime_results):
