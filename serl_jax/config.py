@@ -128,7 +128,15 @@ class LoopConfig:
         num_examples: best past candidates shown in each prompt (in-context pairs).
         refine_every: macro-micro refinement of the instructions every this many
             iterations (0: never).
-        workers: candidates trained at once in separate processes (1: in this process).
+        workers: candidates trained at once in separate processes (1: in this process,
+            unless ``train_budget_s`` is set).
+        train_budget_s: wall-clock seconds one candidate may take to compile, train and
+            score (0: no budget). A candidate still running at its budget has its
+            worker process killed and scores ``failure_pa`` with that reason; the loop goes
+            on. With a budget every candidate trains in a worker process (a compiled chunk
+            of updates cannot be interrupted in place). The default, 30 min, is about 50x
+            a default-preset candidate on 2 CPU cores (36 s): a guard against hangs, not
+            a tight budget; lower it to cut slow candidates short.
         validation_workers: stage-2 sandbox validations run at once.
         compilation_cache: keep compiled XLA programs in ``<run>/xla_cache`` (JAX's
             persistent cache), reused by a resumed run.
@@ -143,6 +151,8 @@ class LoopConfig:
                 raise ValueError(f"loop.{key}: must be >= 1, got {getattr(self, key)}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"loop.ema_decay: must be in [0, 1), got {self.ema_decay}")
+        if self.train_budget_s < 0:
+            raise ValueError(f"loop.train_budget_s: must be >= 0, got {self.train_budget_s}")
 
     llm: str = "offline"
     model: str = ""
@@ -160,6 +170,7 @@ class LoopConfig:
     num_examples: int = 4
     refine_every: int = 2
     workers: int = 1
+    train_budget_s: float = 1800.0
     validation_workers: int = 2
     compilation_cache: bool = True
 

@@ -2,6 +2,7 @@
 
 - :mod:`serl_jax.loop.outer`: :class:`SERLLoop`, Algorithm 1 of the seeds.
 - :mod:`serl_jax.loop.evaluation`: training and scoring one candidate program.
+- :mod:`serl_jax.loop.workers`: worker processes that stop a task at its wall-clock budget.
 - :mod:`serl_jax.loop.store`: the SQLite run store that makes runs resumable.
 - :mod:`serl_jax.loop.convergence`: the EMA stopping rule.
 - :mod:`serl_jax.loop.report`: the final report (top candidates, test-day comparison).

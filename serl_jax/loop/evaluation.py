@@ -12,7 +12,12 @@ updates the current policies run the validation days once and the reward's named
 and the final per-term statistics go back into the next prompt.
 
 :func:`evaluate_program` is a plain function of JSON-able arguments, so the outer loop
-can run it in this process or in worker processes (:class:`ProgramEvaluator`).
+can run it in this process or in worker processes (:class:`ProgramEvaluator`). With a
+wall-clock budget per program (``loop.train_budget_s``) the programs always run in worker
+processes (:mod:`serl_jax.loop.workers`), and a program still running at its budget has
+its process killed: one compiled chunk of updates cannot be interrupted otherwise, and a
+candidate's cost per step can grow with the market (the validation trial sees only the
+sample's shapes), so checking the time between chunks would not bound it.
 """
 
 from __future__ import annotations
@@ -20,10 +25,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
 from serl_jax.experiment import train_policy
+from serl_jax.loop.workers import WorkerPool
 from serl_jax.metrics import compute_metrics, price_advantage
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.policy import make_ppo_policy
@@ -265,45 +269,68 @@ def _init_worker(cache_dir: str | None) -> None:
 
 class ProgramEvaluator:
     """Runs :func:`evaluate_program` on a batch of programs, in this process
-    (``workers=1``) or in a pool of spawned worker processes, so several candidates are in
-    flight at once; compiled programs go to a persistent cache when ``cache_dir`` is set.
+    (``workers=1`` without a budget) or in spawned worker processes, so several candidates
+    are in flight at once and each can be stopped at its budget; compiled programs go to a
+    persistent cache when ``cache_dir`` is set.
 
     :meth:`evaluate` yields each result as soon as it is ready (in-process: lazily, one
     program at a time), so the caller can record it before the next one finishes and a
     kill loses at most the programs in flight. Each worker process keeps its loaded
     market and JAX's in-memory caches between programs. Use as a context manager.
+
+    Args:
+        workers: programs trained at once (each in its own process when > 1).
+        cache_dir: JAX's persistent compilation cache, or ``None``.
+        budget_s: wall-clock seconds per program (compile, training and scoring) after
+            which its worker process is killed and the program scored as failed with the
+            reason; 0: no budget.
     """
 
-    def __init__(self, workers: int = 1, cache_dir: str | Path | None = None):
+    def __init__(
+        self, workers: int = 1, cache_dir: str | Path | None = None, budget_s: float = 0.0
+    ):
         self.workers = int(workers)
+        self.budget_s = float(budget_s)
         self._cache = compilation_cache(cache_dir)
         self._cache.__enter__()
         cache = None if cache_dir is None else str(cache_dir)
         self._pool = (
-            ProcessPoolExecutor(
-                self.workers,
-                mp_context=get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(cache,),
-            )
-            if self.workers > 1
+            WorkerPool(self.workers, _init_worker, (cache,))
+            if self.workers > 1 or self.budget_s > 0
             else None
         )
 
     def evaluate(self, tasks: list[tuple]) -> Iterator[tuple[int, ProgramResult]]:
         """Yields ``(index, result)`` for each task (the arguments of
-        :func:`evaluate_program`), in completion order."""
+        :func:`evaluate_program`), in completion order. A program stopped at its budget,
+        or whose worker died, gives a failed result saying so.
+
+        Raises:
+            Exception: what :func:`evaluate_program` raises (bad data or config).
+            RuntimeError: a worker process could not start.
+        """
         if self._pool is None:
             for i, args in enumerate(tasks):
                 yield i, evaluate_program(*args)
             return
-        futures = {self._pool.submit(evaluate_program, *args): i for i, args in enumerate(tasks)}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+        for i, outcome in self._pool.run(evaluate_program, tasks, self.budget_s or None):
+            if outcome.status == "done":
+                yield i, outcome.value
+                continue
+            if outcome.status == "timeout":
+                reason = (
+                    f"training exceeded its wall-clock budget of {self.budget_s:g} s "
+                    "(loop.train_budget_s) and was stopped"
+                )
+            else:
+                reason = f"the training worker process died (exit code {outcome.exitcode})"
+            yield i, _failed(reason, time.perf_counter() - outcome.seconds)
 
     def close(self) -> None:
+        """Stops the worker processes (killing programs still running) and restores the
+        compilation-cache setting."""
         if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+            self._pool.close()
         self._cache.__exit__(None, None, None)
 
     def __enter__(self) -> ProgramEvaluator:

@@ -9,8 +9,9 @@ One outer iteration j:
    module's share of the K candidates;
 3. every completion is parsed and validated (both stages, in the sandbox);
 4. each valid candidate is trained with the incumbent (best so far) of the other slot and
-   scored on validation days; a rejected or crashed candidate scores ``loop.failure_pa``
-   and its error text goes into the next prompt;
+   scored on validation days; a rejected or crashed candidate, or one still training at
+   ``loop.train_budget_s``, scores ``loop.failure_pa`` and its error text goes into the
+   next prompt;
 5. ``PA_j`` (the iteration's best score) updates the EMA convergence test;
 6. with the low-level DEK on, the designer model's LoRA adapter takes a policy-gradient
    step on the iteration's (prompt, completion, score) samples
@@ -439,7 +440,7 @@ class SERLLoop:
         elapsed_before = float(self._meta("elapsed_seconds", 0.0))
         reason = "max_iterations"
         cache = self.store.root / "xla_cache" if self.loop.compilation_cache else None
-        with ProgramEvaluator(self.loop.workers, cache) as evaluator:
+        with ProgramEvaluator(self.loop.workers, cache, self.loop.train_budget_s) as evaluator:
             for j in range(0, self.loop.iterations + 1):
                 if j in finished:
                     if self.low_level is not None and j > 0 and j not in updated:

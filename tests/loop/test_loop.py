@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from llm.backends import ScriptedBackend
+from llm.prompts import DEFAULT_CODE
 from llm.validate import Limits, SandboxError
 from serl_jax import evaluate, train
 from serl_jax.config import load_config
-from serl_jax.loop import RunStore, SERLLoop, evaluation
+from serl_jax.loop import Candidate, IterationSummary, RunStore, SERLLoop, evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "llm" / "programs"
@@ -48,10 +49,12 @@ def resumed_run(tmp_path_factory):
             }
         )
     )
+    # No training budget: programs train in this process, where the test counts and
+    # interrupts evaluate_program calls.
     args = [
         "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
         "--llm", f"scripted:{script}", "--iterations", "2", "--candidates", "4",
-        "loop.min_iterations=2", "eval.n_bootstrap=100",
+        "loop.min_iterations=2", "eval.n_bootstrap=100", "loop.train_budget_s=0",
     ]  # fmt: skip
     calls: list[str] = []
     real = evaluation.evaluate_program
@@ -195,3 +198,55 @@ def test_a_sandbox_failure_stops_the_loop_with_its_cause(tmp_path):
     [ref] = store.candidates(0)
     assert (ref.status, ref.score, ref.error) == ("proposed", None, "")  # resumable as is
     assert store.iterations() == []
+
+
+def test_a_candidate_past_its_training_budget_fails_and_the_loop_goes_on(tmp_path):
+    # A tiny-preset program needs several seconds to compile in a fresh worker process, so
+    # with a 2 s budget each j1 candidate is stopped mid-way and scored as failed.
+    cfg = load_config(
+        TINY,
+        ["loop.market=sample:us_1min", "loop.iterations=1", "loop.min_iterations=1",
+         "loop.candidates=2", "loop.train_budget_s=2", "eval.n_bootstrap=100"],
+    )  # fmt: skip
+    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
+    # Iteration 0 recorded as done (as in a resumed run), so that j1 is what trains.
+    ref = Candidate(
+        "j0-default", 0, 0, "default", code=DEFAULT_CODE["reward"],
+        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
+    )  # fmt: skip
+    store.add_proposals(0, [], [(None, ref)])
+    ref.status, ref.score = "evaluated", -20.0
+    ref.metrics = {"pa": -20.0, "wr": 0.0, "glr": 0.0, "afi": 0.0}
+    store.update(ref)
+    store.finish_iteration(IterationSummary(0, -20.0, -20.0, "j0-default", False))
+    backend = ScriptedBackend(
+        {
+            "LLM4Reward": [_fence(PROGRAMS / "ok_reward_terms.txt")],
+            "LLM4Agent": [_fence(PROGRAMS / "ok_small_mlp_network.txt")],
+        }
+    )
+    outcome = SERLLoop(cfg, backend, store, obs_dim=7, num_features=5, log=None).run()
+
+    assert (outcome.reason, outcome.best.id) == ("max_iterations", "j0-default")
+    j1 = store.candidates(1)
+    assert [c.module for c in j1] == ["reward", "network"]
+    for cand in j1:
+        assert cand.validation["ok"] is True
+        assert cand.status == "crashed" and cand.score == -100.0  # loop.failure_pa
+        assert cand.error == (
+            "training exceeded its wall-clock budget of 2 s (loop.train_budget_s) and was stopped"
+        )
+        assert 2.0 <= cand.timing["total"] < 10.0
+    assert [(s.iteration, s.pa, s.best_id) for s in store.iterations()] == [
+        (0, -20.0, "j0-default"),
+        (1, -100.0, None),
+    ]
+    store.close()
+    # Resumable: the reopened run has nothing left to do and changes nothing.
+    again = RunStore.open(tmp_path / "run")
+    SERLLoop(cfg, backend, again, obs_dim=7, num_features=5, log=None).run()
+    assert [(c.id, c.status) for c in again.candidates()] == [
+        ("j0-default", "evaluated"),
+        ("j1-c0", "crashed"),
+        ("j1-c1", "crashed"),
+    ]
