@@ -12,6 +12,7 @@ documented. Unknown keys and values of the wrong type are rejected with a one-li
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,9 @@ import yaml
 
 from serl_jax.envs.execution import EnvParams, twap_action_prior
 from serl_jax.rl.hybrid import HybridConfig
-from serl_jax.rl.ppo import PPOConfig, no_action_prior
+from serl_jax.rl.ppo import ActionPrior, PPOConfig, no_action_prior
 
-ACTION_PRIORS = {"twap": twap_action_prior, "none": no_action_prior}
+ACTION_PRIORS = ("twap", "none")
 
 
 class ConfigError(ValueError):
@@ -70,18 +71,32 @@ class NetworkConfig:
     activation: ``tanh``, ``relu`` or ``gelu``.
     action_prior: ``"twap"`` (the policy is a residual around the TWAP pace,
         :func:`serl_jax.envs.execution.twap_action_prior`) or ``"none"``.
+    prior_anchor_steps: time constant, in steps, with which the TWAP prior pulls the
+        inventory back to the TWAP schedule (0: catch up in one step, as the TWAP
+        baseline does); chosen on validation days (README, "Why PPO did not learn").
     """
 
     def __post_init__(self):
         if self.action_prior not in ACTION_PRIORS:
             raise ValueError(
-                f"network.action_prior: expected one of {sorted(ACTION_PRIORS)}, "
+                f"network.action_prior: expected one of {list(ACTION_PRIORS)}, "
                 f"got {self.action_prior!r}"
+            )
+        if self.prior_anchor_steps < 0:
+            raise ValueError(
+                f"network.prior_anchor_steps: must be >= 0, got {self.prior_anchor_steps}"
             )
 
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     action_prior: str = "twap"
+    prior_anchor_steps: float = 5.0
+
+    def prior(self) -> ActionPrior:
+        """The action prior these settings name: raw observation ``[..., D]`` -> logit."""
+        if self.action_prior == "none":
+            return no_action_prior
+        return functools.partial(twap_action_prior, anchor_steps=self.prior_anchor_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,9 +420,15 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
     unknown = sorted(set(raw) - set(_SECTIONS))
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown section; valid: {', '.join(_SECTIONS)}")
-    return Config(
+    cfg = Config(
         **{name: _section(name, cls, raw.get(name) or {}) for name, cls in _SECTIONS.items()}
     )
+    if cfg.market.mode != "static" and cfg.market.dynamic_envs % cfg.ppo.group_size:
+        raise ConfigError(
+            f"ppo.group_size={cfg.ppo.group_size} must divide "
+            f"market.dynamic_envs={cfg.market.dynamic_envs} (sibling lanes in both markets)"
+        )
+    return cfg
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:

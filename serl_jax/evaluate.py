@@ -7,7 +7,7 @@ dataset's own training days (its chronological split), whatever ``--split`` is.
 Usage::
 
     python -m serl_jax.evaluate --data PATH
-                                [--policy twap|vwap|ac|immediate|CHECKPOINT_DIR ...]
+                                [--policy twap|vwap|avwap|pov|ac|immediate|oracle|CHECKPOINT ...]
                                 [--env static|dynamic] [--split test|all] [--config FILE]
                                 [--json] [section.key=value ...]
 
@@ -17,8 +17,11 @@ the shipped ``configs/market/<sample>.yaml`` of a ``sample:<name>`` dataset), so
 orders move prices; ``immediate`` (the whole order at once) is the impact reference.
 
 With a checkpoint, the environment settings it was trained with are used (so the
-observation matches the network) unless overridden. ``--json`` prints one JSON object
-per policy (one per line) with keys ``policy, PA, PA_std, WR, GLR, AFI, n_orders``.
+observation matches the network) unless overridden. Every policy but TWAP is compared
+with TWAP on the same orders (TWAP is rolled out for it even when not asked for).
+``--json`` prints one JSON object per policy (one per line) with keys ``policy, PA,
+PA_std, WR, GLR, AFI, n_orders`` and, for every policy but TWAP, ``vs_TWAP`` and
+``shortfall_vs_TWAP`` (``{"value", "ci_low", "ci_high", "win_rate"}``, bps).
 Exit codes: 0 ok, 2 bad input (one-line error on stderr).
 """
 
@@ -30,7 +33,6 @@ import sys
 from pathlib import Path
 
 from serl_jax.config import (
-    ACTION_PRIORS,
     ConfigError,
     apply_overrides,
     config_from_dict,
@@ -39,6 +41,7 @@ from serl_jax.config import (
 from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars, split_days
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
+    ORACLE,
     baseline_policies,
     calibrated_market,
     dynamic_env_params,
@@ -50,7 +53,15 @@ from serl_jax.metrics import format_table
 from serl_jax.rl.checkpoint import CheckpointError, load_policy
 from serl_jax.rl.policy import make_ppo_policy
 
-BASELINES = {"twap": "TWAP", "vwap": "VWAP", "ac": "AC", "immediate": "Immediate"}
+BASELINES = {
+    "twap": "TWAP",
+    "vwap": "VWAP",
+    "avwap": "adaptive VWAP",
+    "pov": "POV",
+    "ac": "AC",
+    "immediate": "Immediate",
+    "oracle": ORACLE,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policy",
         action="append",
-        help="twap, vwap, ac, immediate or a checkpoint folder; repeatable "
-        "(default: twap, vwap, ac)",
+        help="twap, vwap, avwap (adaptive VWAP), pov, ac, immediate, oracle (hindsight, not "
+        "achievable) or a checkpoint folder; repeatable (default: twap, vwap, avwap, pov, ac, "
+        "oracle)",
     )
     parser.add_argument("--env", choices=("static", "dynamic"), default="static")
     parser.add_argument("--split", choices=("test", "all"), default="test")
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    specs = args.policy or ["twap", "vwap", "ac"]
+    specs = args.policy or ["twap", "vwap", "avwap", "pov", "ac", "oracle"]
     checkpoints = [s for s in specs if s.lower() not in BASELINES]
     loaded = [load_policy(Path(s)) for s in checkpoints]
     if args.config is None and loaded:
@@ -104,6 +116,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     baselines = baseline_policies(cfg)
     policies = {}
     for spec in specs:
+        if spec.lower() == "oracle" and args.env == "dynamic":
+            raise ValueError(
+                "--policy oracle: the hindsight oracle bounds the static market's cost model; "
+                "the dynamic market's volumes are simulated"
+            )
         if spec.lower() in BASELINES:
             name = BASELINES[spec.lower()]
             policies[name] = baselines[name]
@@ -116,10 +133,12 @@ def _evaluate(args: argparse.Namespace) -> int:
                 "(env.lookback or the features differ)"
             )
         saved = meta["config"]
+        # Checkpoints written before the anchored prior used one-step tracking.
+        network_cfg = {"prior_anchor_steps": 0.0, **saved["network"]}
         policy = make_ppo_policy(
             network,
             saved["ppo"]["normalize_obs"],
-            action_prior=ACTION_PRIORS[saved["network"]["action_prior"]],
+            action_prior=config_from_dict({"network": network_cfg}).network.prior(),
         )
         policies[f"PPO:{spec}"] = (policy, params)
 

@@ -28,6 +28,8 @@ class Rollout(NamedTuple):
         quantity: ``[N]`` parent-order size Q, shares.
         executed: ``[N]`` shares executed.
         notional: ``[N]`` Σ q·p_exec, currency.
+        replayed_notional: ``[N]`` Σ q·p_t at the replayed (undisturbed) price of each
+            fill's minute, currency (splits PA into timing and shortfall).
         benchmark_price: ``[N]`` the window's VWAP (or TWAP), currency per share.
         remaining: ``[N, T + 1]`` inventory as a fraction of Q before each step and at the end.
         exec_qty: ``[N, T]`` shares executed per step.
@@ -39,6 +41,7 @@ class Rollout(NamedTuple):
     quantity: jnp.ndarray
     executed: jnp.ndarray
     notional: jnp.ndarray
+    replayed_notional: jnp.ndarray
     benchmark_price: jnp.ndarray
     remaining: jnp.ndarray
     exec_qty: jnp.ndarray
@@ -54,6 +57,7 @@ class Rollout(NamedTuple):
             executed=np.asarray(self.executed, np.float64),
             notional=np.asarray(self.notional, np.float64),
             benchmark=np.asarray(self.benchmark_price, np.float64),
+            replayed_notional=np.asarray(self.replayed_notional, np.float64),
         )
 
 
@@ -98,9 +102,10 @@ def rollout(
             if record is not None:
                 clipped = jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)
                 extra = record(state, clipped, next_state, env_params)
-            return next_state, (remaining, info["exec_qty"], reward, extra)
+            replayed = info["exec_qty"] * next_state.last_replayed_price
+            return next_state, (remaining, info["exec_qty"], replayed, reward, extra)
 
-        final, (remaining, exec_qty, reward, recorded) = jax.lax.scan(
+        final, (remaining, exec_qty, replayed, reward, recorded) = jax.lax.scan(
             body, state, jax.random.split(key, n_slots)
         )
         end = final.inventory / jnp.maximum(final.quantity, 1e-12)
@@ -108,6 +113,7 @@ def rollout(
             quantity=final.quantity,
             executed=final.executed,
             notional=final.notional,
+            replayed_notional=replayed.sum(),
             benchmark_price=final.benchmark_price,
             remaining=jnp.concatenate([remaining, end[None]]),
             exec_qty=exec_qty,

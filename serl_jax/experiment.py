@@ -19,8 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from serl_jax.baselines import almgren_chriss_policy, immediate_policy, twap_policy, vwap_policy
-from serl_jax.config import ACTION_PRIORS, Config
+from serl_jax.baselines import (
+    adaptive_vwap_policy,
+    almgren_chriss_policy,
+    immediate_policy,
+    oracle_policy,
+    pov_policy,
+    twap_policy,
+    vwap_policy,
+)
+from serl_jax.config import Config
 from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
@@ -33,6 +41,10 @@ from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import make_trainer
 
 SAMPLE_PREFIX = "sample:"
+TWAP = "TWAP"
+"""The baselines' table name of TWAP, the reference of every paired comparison."""
+ORACLE = "oracle (not achievable)"
+"""The table name of the hindsight oracle (:func:`serl_jax.baselines.oracle_policy`)."""
 CALIBRATED_MARKETS = Path(__file__).resolve().parents[1] / "configs" / "market"
 """The shipped calibrated market parameters, ``configs/market/<sample>.yaml`` (a source
 checkout's layout; other installs pass ``market.params=FILE``)."""
@@ -173,7 +185,7 @@ def train_policy(
     """
     if network is None:
         network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
-    action_prior = ACTION_PRIORS[cfg.network.action_prior]
+    action_prior = cfg.network.prior()
     if (dynamic is None) != (hybrid is None):
         raise ValueError("train_policy: give dynamic and hybrid together (or neither)")
     if hybrid is None:
@@ -263,14 +275,22 @@ def _seed_rollout(batched: Rollout, seed: int) -> Rollout:
     return jax.tree.map(lambda x: x[seed], batched)
 
 
-def baseline_policies(cfg: Config) -> dict[str, tuple[Any, Any]]:
-    """The classic baselines as ``{name: (policy_fn, policy_params)}``."""
-    return {
-        "TWAP": (twap_policy, None),
+def baseline_policies(cfg: Config, oracle: bool = True) -> dict[str, tuple[Any, Any]]:
+    """The baselines as ``{name: (policy_fn, policy_params)}``: TWAP, VWAP, adaptive VWAP,
+    POV, Almgren–Chriss, Immediate and (with ``oracle``) the hindsight oracle, which bounds
+    the static market's execution shortfall only (leave it out in the dynamic market, whose
+    volumes are simulated)."""
+    policies = {
+        TWAP: (twap_policy, None),
         "VWAP": (vwap_policy, None),
+        "adaptive VWAP": (adaptive_vwap_policy, None),
+        "POV": (pov_policy, None),
         "AC": (almgren_chriss_policy, jnp.float32(cfg.eval.ac_risk_aversion)),
         "Immediate": (immediate_policy, None),
     }
+    if oracle:
+        policies[ORACLE] = (oracle_policy, None)
+    return policies
 
 
 def evaluate_policies(
@@ -281,6 +301,10 @@ def evaluate_policies(
 ) -> dict[str, tuple[ExecutionMetrics, Rollout]]:
     """Runs each policy on every episode of ``env_params`` and scores it.
 
+    Every policy but TWAP is also compared with TWAP on the same orders (``vs_TWAP`` and
+    ``shortfall_vs_TWAP`` of its metrics); TWAP is rolled out for that even when it is not
+    among ``policies``.
+
     Args:
         cfg: run configuration (``eval`` section: confidence level, bootstrap size).
         env: the execution environment.
@@ -290,14 +314,24 @@ def evaluate_policies(
     Returns:
         ``{name: (metrics, rollout)}`` in the order given.
     """
-    results = {}
-    for name, (policy, params) in policies.items():
-        result = jax.device_get(rollout(env, policy, params, env_params, jax.random.PRNGKey(0)))
-        metrics = compute_metrics(
-            result.outcomes(float(env_params.side)),
-            confidence=cfg.eval.confidence,
-            n_bootstrap=cfg.eval.n_bootstrap,
-            seed=cfg.run.seed,
+    side = float(env_params.side)
+
+    def run(policy, params) -> Rollout:
+        return jax.device_get(rollout(env, policy, params, env_params, jax.random.PRNGKey(0)))
+
+    rollouts = {name: run(policy, params) for name, (policy, params) in policies.items()}
+    twap_outcomes = (rollouts[TWAP] if TWAP in rollouts else run(twap_policy, None)).outcomes(side)
+    boot = {
+        "confidence": cfg.eval.confidence,
+        "n_bootstrap": cfg.eval.n_bootstrap,
+        "seed": cfg.run.seed,
+    }
+    return {
+        name: (
+            compute_metrics(
+                result.outcomes(side), twap=None if name == TWAP else twap_outcomes, **boot
+            ),
+            result,
         )
-        results[name] = (metrics, result)
-    return results
+        for name, result in rollouts.items()
+    }

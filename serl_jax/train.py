@@ -54,12 +54,13 @@ import numpy as np
 import yaml
 
 from llm.backends import BackendError, make_backend
-from serl_jax.config import ACTION_PRIORS, Config, ConfigError, config_from_dict, load_config
+from serl_jax.config import Config, ConfigError, config_from_dict, load_config
 from serl_jax.data import DataError, MarketSplits
 from serl_jax.envs.dynamic import DynamicExecutionEnv
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
+    ORACLE,
     baseline_policies,
     calibrated_market,
     dynamic_env_params,
@@ -83,7 +84,7 @@ def _finite_or_none(x) -> float | None:
 
 def _ppo_policy(cfg: Config, trained) -> tuple[Any, Any]:
     policy = make_ppo_policy(
-        trained.network, cfg.ppo.normalize_obs, action_prior=ACTION_PRIORS[cfg.network.action_prior]
+        trained.network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior()
     )
     return policy, trained.policy_params
 
@@ -159,12 +160,13 @@ def run_market(
     if trained_static is not None:
         policies["PPO-static"] = _ppo_policy(cfg, trained_static)
     policies.update(baseline_policies(cfg))
-    markets = {"static": params["test"]}
+    evaluated = {"static": evaluate_policies(cfg, static_env, params["test"], policies)}
     if dynamic:
-        markets["dynamic"] = dynamic["test"]
-    evaluated = {
-        market: evaluate_policies(cfg, make_env(p), p, policies) for market, p in markets.items()
-    }
+        # the oracle knows the replayed day's volumes, which do not drive the simulated market
+        in_dynamic = {k: v for k, v in policies.items() if k != ORACLE}
+        evaluated["dynamic"] = evaluate_policies(
+            cfg, make_env(dynamic["test"]), dynamic["test"], in_dynamic
+        )
     results = evaluated["static"]
 
     out_dir.mkdir(parents=True, exist_ok=True)

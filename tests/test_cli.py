@@ -47,17 +47,25 @@ def test_train_writes_a_complete_run_folder(tiny_run):
     assert (market / "checkpoint" / "policy.msgpack").is_file()
     report = json.loads((tiny_run / "metrics.json").read_text())
     entry = report["markets"]["us_1min"]
-    names = {"PPO", "PPO-static", "TWAP", "VWAP", "AC", "Immediate"}
-    assert set(entry["policies"]) == names  # hybrid (the default) trains PPO-static too
+    names = {"PPO", "PPO-static", "TWAP", "VWAP", "adaptive VWAP", "POV", "AC", "Immediate"}
+    # hybrid (the default) trains PPO-static too; the oracle bounds the static market only
+    assert set(entry["policies"]) == names | {"oracle (not achievable)"}
     assert set(entry["policies_dynamic"]) == names
     assert entry["market_mode"] == "hybrid"
     last = entry["curves_last"]
     assert last["alpha"] + last["beta"] == pytest.approx(1.0)
     assert 0.1 <= last["alpha"] <= 0.9
     assert entry["data"]["episodes"] == {"train": 12, "val": 4, "test": 4}
-    for metrics in entry["policies"].values():
+    for name, metrics in entry["policies"].items():
         assert metrics["n_orders"] == 4
         assert metrics["AFI"]["value"] == 0.0  # forced liquidation fills everything
+        # every policy but TWAP is compared with TWAP on the same orders
+        assert ("vs_TWAP" in metrics) == (name != "TWAP")
+    ppo = entry["policies"]["PPO"]
+    assert set(ppo["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate"}
+    assert ppo["vs_TWAP"]["value"] == pytest.approx(
+        ppo["PA"]["value"] - entry["policies"]["TWAP"]["PA"]["value"], abs=1e-9
+    )
     assert entry["timing"]["compile_seconds"] > 0
     assert len(entry["selection"]["validation_pa_per_seed"]) == 2
     results = (tiny_run / "results.txt").read_text()
@@ -92,7 +100,9 @@ def test_static_training_needs_no_calibrated_market(tmp_path, capsys):
     (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     (entry,) = json.loads((run_dir / "metrics.json").read_text())["markets"].values()
     assert entry["market_mode"] == "static"
-    assert set(entry["policies"]) == {"PPO", "TWAP", "VWAP", "AC", "Immediate"}
+    assert set(entry["policies"]) == {
+        "PPO", "TWAP", "VWAP", "adaptive VWAP", "POV", "AC", "Immediate", "oracle (not achievable)"
+    }  # fmt: skip
     assert "policies_dynamic" not in entry
     assert " dynamic" not in (run_dir / "results.txt").read_text()
 
@@ -108,6 +118,8 @@ def test_evaluate_in_the_dynamic_market(capsys):
     assert records["Immediate"]["PA"]["value"] < records["TWAP"]["PA"]["value"]
     code = evaluate.main(["--data", str(ROOT / "configs"), "--env", "dynamic"])
     assert code == 2
+    code = evaluate.main(["--data", "sample:cn_1min", "--env", "dynamic", "--policy", "oracle"])
+    assert code == 2 and "static market" in capsys.readouterr().err
 
 
 def test_evaluate_checkpoint_and_baselines_as_json(tiny_run, capsys):
@@ -122,6 +134,9 @@ def test_evaluate_checkpoint_and_baselines_as_json(tiny_run, capsys):
     for r in records:
         assert set(r) >= {"policy", "PA", "PA_std", "WR", "GLR", "AFI", "n_orders"}
         assert r["n_orders"] == 4
+    assert "vs_TWAP" not in records[0]
+    assert set(records[1]["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate"}
+    assert records[1]["vs_TWAP"]["ci_low"] <= records[1]["vs_TWAP"]["value"]
     # The checkpoint scores the same on the same test days as in the training run.
     trained = json.loads((tiny_run / "metrics.json").read_text())["markets"]["us_1min"]
     assert records[1]["PA"]["value"] == pytest.approx(
@@ -136,6 +151,20 @@ def test_evaluate_split_all_counts_every_day(capsys):
     )
     (record,) = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert record["n_orders"] == 20  # 4 symbols x 5 days
+    # TWAP was rolled out for the paired comparison although it was not asked for
+    assert record["vs_TWAP"]["win_rate"] is not None
+
+
+def test_evaluate_the_new_baselines_by_name(capsys):
+    args = ["--data", "sample:us_1min", "--json"]
+    for name in ("pov", "avwap", "oracle"):
+        args += ["--policy", name]
+    assert evaluate.main(args) == 0
+    records = {r["policy"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(records) == {"POV", "adaptive VWAP", "oracle (not achievable)"}
+    oracle = records["oracle (not achievable)"]["shortfall_vs_TWAP"]
+    for name in ("POV", "adaptive VWAP"):  # nobody pays less spread and impact
+        assert records[name]["shortfall_vs_TWAP"]["value"] <= oracle["value"]
 
 
 def test_bad_data_is_a_one_line_error_and_exit_2(tmp_path):

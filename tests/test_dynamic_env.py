@@ -26,7 +26,7 @@ from serl_jax.market.agents import round_view
 from serl_jax.market.calibrate import load_market_params
 from serl_jax.market.params import FIRST_AGENT_OWNER
 from serl_jax.market.simulator import reset_market, run_minute
-from serl_jax.metrics import price_advantage
+from serl_jax.metrics import price_advantage, shortfall, timing_advantage
 
 MARKET_YAML = Path(__file__).parents[1] / "configs" / "market" / "cn_1min.yaml"
 EPISODES = [0, 1, 10, 11, 20, 21, 30, 31]  # two test days of each of the 4 symbols
@@ -397,3 +397,27 @@ def test_market_price_is_the_pre_trade_mid(setup):
     assert float(info["market_price"]) == pytest.approx(float(mid) * params.market.tick_size)
     assert float(info["exec_qty"]) > 0
     assert float(info["exec_price"]) < float(info["market_price"])  # a sell pays the spread
+
+
+def test_timing_and_shortfall_against_the_replayed_day(runs, setup):
+    """In the dynamic market the shortfall is measured against the replayed (undisturbed)
+    bars, so it holds all the impact of the agent's orders: selling everything at once
+    pays far more than TWAP, and timing plus shortfall is the order's PA."""
+    data = setup["static"].data
+    for name in ("twap", "immediate"):
+        result = runs[name]
+        by_hand = (np.asarray(result.exec_qty) * np.asarray(data.price)).sum(1)
+        np.testing.assert_allclose(result.replayed_notional, by_hand, rtol=1e-4)
+        outcomes = result.outcomes(SIDE)
+        np.testing.assert_allclose(
+            timing_advantage(outcomes) + shortfall(outcomes), _pa(result), atol=1e-9
+        )
+    assert shortfall(runs["immediate"].outcomes(SIDE)).mean() < (
+        shortfall(runs["twap"].outcomes(SIDE)).mean() - 50.0
+    )
+
+
+def test_the_diagnostic_volume_leak_is_static_only(setup):
+    leaky = setup["static"].replace(diagnostic_volume_leak=True)
+    with pytest.raises(ValueError, match="diagnostic_volume_leak"):
+        DynamicEnvParams.from_static(leaky, setup["stats"], setup["market"])

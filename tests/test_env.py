@@ -219,3 +219,33 @@ def test_custom_reward_slot(make_trend_market):
     state = env.init_state(params, 0, 0, 4)
     _, _, reward, _, info = env.step_env(jax.random.PRNGKey(0), state, 0.5, params)
     assert float(reward) == pytest.approx(float(info["exec_qty"] / state.quantity))
+
+
+def test_the_diagnostic_volume_leak_shows_the_current_minute(us_market):
+    """Rung (b) of the learnability ladder: one more observation entry, the current
+    minute's true volume as ``log1p(v_s / mean minute volume)``; nothing else changes."""
+    env = ExecutionEnv()
+    data = MarketData.from_episodes(us_market.test)
+    honest = EnvParams(data=data)
+    leaky = EnvParams(data=data, diagnostic_volume_leak=True)
+    assert env.observation_size(leaky) == env.observation_size(honest) + 1
+    state = env.init_state(leaky, 2, 0, data.num_slots)
+    for _ in range(7):
+        _, state, *_ = env.step_env(jax.random.PRNGKey(0), state, jnp.float32(0.01), leaky)
+    obs = env.get_obs(state, leaky)
+    np.testing.assert_array_equal(obs[:-1], env.get_obs(state, honest))
+    volume = float(data.volume[2, 7]) / float(data.mean_minute_volume[2])
+    assert float(obs[-1]) == pytest.approx(np.log1p(volume), rel=1e-5)
+    assert env.observation_space(leaky).shape == (env.observation_size(leaky),)
+
+
+def test_last_replayed_price_is_the_minutes_bar(cn_market):
+    env = ExecutionEnv()
+    data = MarketData.from_episodes(cn_market.test)
+    params = EnvParams(data=data)
+    state = env.init_state(params, 3, 10, 100)
+    assert float(state.last_replayed_price) == pytest.approx(float(data.price[3, 9]))
+    for t in range(3):
+        _, state, *_ = env.step_env(jax.random.PRNGKey(0), state, jnp.float32(0.02), params)
+        assert float(state.last_replayed_price) == pytest.approx(float(data.price[3, 10 + t]))
+        assert float(state.last_replayed_price) == float(state.last_market_price)

@@ -77,7 +77,9 @@ def test_hybrid_config_rejects_bad_values():
         HybridConfig(alpha_init=0.95, min_weight=0.1)
 
 
-CONFIG = PPOConfig(num_envs=8, num_steps=10, total_timesteps=8 * 10 * 6, num_minibatches=2)
+CONFIG = PPOConfig(
+    num_envs=8, num_steps=10, total_timesteps=8 * 10 * 6, num_minibatches=2, group_size=4
+)
 
 
 def _markets(make_trend_market, lookback_dynamic=2):
@@ -100,6 +102,10 @@ def test_hybrid_trainer_rejects_bad_shapes(make_trend_market):
     with pytest.raises(ValueError, match="hybrid.dynamic_envs"):
         make_hybrid_trainer(
             config, HybridConfig(dynamic_envs=3), env_s, static, env_d, dynamic, make_network((8,))
+        )
+    with pytest.raises(ValueError, match="group_size=4 must divide market.dynamic_envs=6"):
+        make_hybrid_trainer(
+            CONFIG, HybridConfig(dynamic_envs=6), env_s, static, env_d, dynamic, make_network((8,))
         )
     env_s, static, env_d, dynamic = _markets(make_trend_market, lookback_dynamic=3)
     with pytest.raises(ValueError, match="observation size"):
@@ -172,7 +178,9 @@ def test_train_policy_with_a_dynamic_market(make_trend_market):
     env_s, static, env_d, dynamic = _markets(make_trend_market)
     cfg = Config(
         run=RunConfig(num_seeds=2, progress_chunk=3),
-        ppo=PPOConfig(num_envs=8, num_steps=10, total_timesteps=8 * 10 * 3, num_minibatches=2),
+        ppo=PPOConfig(
+            num_envs=8, num_steps=10, total_timesteps=8 * 10 * 3, num_minibatches=2, group_size=4
+        ),
         network=NetworkConfig(hidden_sizes=(8,)),
     )
     hybrid = HybridConfig(dynamic_envs=4)

@@ -14,7 +14,10 @@ from serl_jax.metrics import (
     OrderOutcomes,
     compute_metrics,
     format_table,
+    paired_difference,
     price_advantage,
+    shortfall,
+    timing_advantage,
     twap,
     vwap,
 )
@@ -251,7 +254,7 @@ def test_format_table():
     assert f"{m1.PA.value:.2f} [{m1.PA.low:.2f}, {m1.PA.high:.2f}]" in lines[2]
     assert "inf [" in lines[3]
     assert "n/a [n/a, n/a]" in lines[4]
-    assert lines[2].rstrip().endswith(" 40")
+    assert lines[2].split()[-4:] == ["40", "-", "-", "-"]  # n; no TWAP comparison given
     assert "95%" in lines[-1]
     with pytest.raises(ValueError, match="format_table"):
         format_table({"ppo": m1})
@@ -353,3 +356,91 @@ def test_pa_antisymmetric_in_side_and_scale_free(avg, bench, scale):
     scaled = price_advantage(_orders([1.0], avg_price=avg * scale, benchmark=bench * scale))
     np.testing.assert_allclose(sell, -buy)
     np.testing.assert_allclose(scaled, sell, rtol=1e-9, atol=1e-9)
+
+
+# --------------------------------------------------------------------------------------
+# Paired comparison with TWAP and the timing / shortfall split
+# --------------------------------------------------------------------------------------
+
+
+def test_paired_difference_by_hand():
+    diff = paired_difference(np.array([1.0, 2.0, 3.0]), np.array([0.0, 3.0, 1.0]), n_bootstrap=0)
+    assert diff.value == pytest.approx(2.0 / 3.0)  # differences 1, -1, 2
+    assert diff.win_rate == pytest.approx(2.0 / 3.0)
+    assert math.isnan(diff.low) and math.isnan(diff.high)
+    assert diff.to_dict() == {
+        "value": pytest.approx(2.0 / 3.0),
+        "ci_low": None,
+        "ci_high": None,
+        "win_rate": pytest.approx(2.0 / 3.0),
+    }
+
+
+def test_paired_bootstrap_matches_a_plain_loop():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=25), rng.normal(size=25)
+    got = paired_difference(a, b, confidence=0.9, n_bootstrap=500, seed=7)
+    draw = np.random.default_rng(7)
+    means = []
+    for _ in range(500):
+        idx = draw.integers(0, 25, size=25)
+        means.append(float(np.mean([a[i] - b[i] for i in idx])))
+    low, high = np.quantile(means, [0.05, 0.95])
+    assert (got.low, got.high) == (pytest.approx(low), pytest.approx(high))
+
+
+def test_pairing_removes_the_noise_the_orders_share():
+    """Two policies 0.5 bps apart on orders whose PA varies by tens of bps: unpaired
+    intervals overlap, the paired one excludes zero."""
+    rng = np.random.default_rng(0)
+    market = rng.normal(-20.0, 20.0, 40)
+    policy = market + 0.5 + rng.normal(0.0, 0.2, 40)
+    diff = paired_difference(policy, market, n_bootstrap=2000)
+    assert diff.low > 0.0 and diff.win_rate > 0.9
+    unpaired = compute_metrics(_orders([1.0] * 40, 100 * (1 + policy / 1e4), 100.0)).PA
+    assert unpaired.high - unpaired.low > 8.0  # sixteen times the difference to detect
+
+
+def test_paired_difference_rejects_other_orders():
+    with pytest.raises(ValueError, match="same orders"):
+        paired_difference(np.zeros(3), np.zeros(4))
+
+
+def test_timing_and_shortfall_split_pa_by_hand():
+    # A sell of 100 shares: 60 at 10.10 when the minute's price was 10.12, 40 at 9.98 when it
+    # was 10.00; benchmark 10.05.
+    outcomes = OrderOutcomes(
+        side=[1.0],
+        quantity=[100.0],
+        executed=[100.0],
+        notional=[60 * 10.10 + 40 * 9.98],
+        benchmark=[10.05],
+        replayed_notional=[60 * 10.12 + 40 * 10.00],
+    )
+    timing = (10.072 / 10.05 - 1.0) * 1e4  # the minutes' prices averaged 10.072
+    cost = (10.052 - 10.072) / 10.05 * 1e4  # fills averaged 10.052
+    assert timing_advantage(outcomes)[0] == pytest.approx(timing)
+    assert shortfall(outcomes)[0] == pytest.approx(cost)
+    assert (timing_advantage(outcomes) + shortfall(outcomes))[0] == pytest.approx(
+        price_advantage(outcomes)[0]
+    )
+    with pytest.raises(ValueError, match="replayed_notional"):
+        timing_advantage(_orders([1.0], 10.0, 10.0))
+    with pytest.raises(ValueError, match="replayed_notional"):
+        OrderOutcomes([1.0], [1.0], [0.0], [0.0], [1.0], replayed_notional=[3.0])
+
+
+def test_compute_metrics_with_twap_reports_the_paired_columns():
+    policy = _orders([1.0, 1.0, -1.0], avg_price=[100.2, 99.9, 99.7], benchmark=100.0)
+    reference = _orders([1.0, 1.0, -1.0], avg_price=[100.0, 100.0, 100.0], benchmark=100.0)
+    m = compute_metrics(policy, n_bootstrap=100, twap=reference)
+    assert m.vs_TWAP.value == pytest.approx((20.0 - 10.0 + 30.0) / 3)
+    assert m.vs_TWAP.win_rate == pytest.approx(2 / 3)
+    assert m.shortfall_vs_TWAP is None  # no replayed prices given
+    record = json.loads(json.dumps(m.to_dict(), allow_nan=False))
+    assert set(record["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate"}
+    assert "vs_TWAP" not in compute_metrics(reference).to_dict()
+    table = format_table({("m", "twap"): compute_metrics(reference), ("m", "ppo"): m})
+    assert "+13.33 [" in table.splitlines()[3] and "PA-TWAP" in table
+    with pytest.raises(ValueError, match="same orders"):
+        compute_metrics(policy, twap=_orders([1.0], 100.0, 100.0))

@@ -319,6 +319,33 @@ def reward(prev_state, action, next_state, params):
     }
 """
 
+_REPLAYED_SHORTFALL = """\
+# replayed_shortfall: spread and impact only: each fill against the replayed price of its
+# minute (the market without the agent), leaving out PA's timing term, which no policy moves
+# in expectation when prices are a martingale but which carries most of the reward's
+# variance; concentration and terminal penalties.
+import jax.numpy as jnp
+
+CONCENTRATION = 100.0  # bps for trading all of Q in one step (times fraction**2)
+TERMINAL_BPS = 100.0  # bps per unit share of Q left unfilled at the end
+
+
+def reward(prev_state, action, next_state, params):
+    scale = params.reward_scale
+    q = jnp.maximum(next_state.quantity, 1e-9)
+    fraction = next_state.last_qty / q
+    bench = jnp.maximum(next_state.benchmark_price, 1e-9)
+    gap = next_state.last_price - next_state.last_replayed_price
+    shortfall = params.side * gap / bench * 1e4
+    done = next_state.time >= next_state.window_len
+    leftover = next_state.inventory / q
+    return {
+        "shortfall": scale * shortfall * fraction,
+        "concentration": -scale * CONCENTRATION * fraction**2,
+        "terminal": jnp.where(done, -scale * TERMINAL_BPS * leftover, 0.0),
+    }
+"""
+
 _VARIANCE_AVERSION = """\
 # variance_aversion: Almgren-Chriss-style risk aversion: fill PA plus a penalty on the variance
 # of the held inventory's value over the step (the symbol's per-minute volatility), and the
@@ -361,6 +388,7 @@ REWARDS: tuple[Design, ...] = tuple(
         _LOSS_AVERSE_PA,
         _SPARSE_ORDER_PA,
         _VARIANCE_AVERSION,
+        _REPLAYED_SHORTFALL,
     )
 )
 

@@ -18,6 +18,7 @@ trade) use :func:`action_from_target`.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 from jax.typing import ArrayLike
@@ -26,6 +27,7 @@ __all__ = [
     "action_from_target",
     "almgren_chriss_kappa",
     "almgren_chriss_remaining",
+    "cost_optimal_quantities",
     "twap_remaining",
     "vwap_remaining",
 ]
@@ -179,6 +181,83 @@ def almgren_chriss_remaining(step: ArrayLike, window_len: ArrayLike, kappa: Arra
     ratio_small = (a / b) * (1.0 + k_small**2 * (a**2 - b**2) / 6.0)
     ratio = jnp.where(small, ratio_small, ratio_big)
     return jnp.clip(ratio, 0.0, 1.0)
+
+
+def cost_optimal_quantities(
+    liquidity: ArrayLike,
+    forced: ArrayLike,
+    quantity: ArrayLike,
+    half_spread_bps: ArrayLike,
+    impact_eta_bps: ArrayLike,
+    impact_exponent: ArrayLike,
+    participation_cap: ArrayLike,
+    force_penalty_bps: ArrayLike,
+    iterations: int = 50,
+) -> Array:
+    """The child orders that execute ``quantity`` at the least cost, given every slot's volume.
+
+    The static market charges ``q (h + η (q/L)^k)`` (bps of the price, ``h`` the half spread,
+    ``η`` the impact coefficient, ``k`` its exponent, ``L`` the slot's liquidity) with
+    ``q <= cap · L``, and on a forced slot ``q (h + p + η (q/L)^k)`` without the cap
+    (:class:`serl_jax.envs.ExecutionEnv`). The costs are convex, so the optimum equalizes
+    the marginal cost ``λ`` (Karush–Kuhn–Tucker): ``q = L ((λ - h) / ((1 + k) η))^(1/k)``,
+    capped, on ordinary slots and ``q = L ((λ - h - p) / ((1 + k) η))^(1/k)`` on forced
+    ones; ``λ`` is found by bisection so that ``Σ q = quantity``. Without a cap or forced
+    slot this is ``q ∝ L``, the volume-proportional schedule. Prices are taken as equal
+    across slots (they differ by a fraction of a percent within a day).
+
+    Args:
+        liquidity: ``[..., T]`` volume of each slot (0 outside the window: nothing trades
+            there), shares; a forced slot's liquidity as the env computes it.
+        forced: ``[..., T]`` bool, the forced last slot of the window (all False when the
+            env does not force liquidation).
+        quantity: ``[...]`` shares to execute, ``>= 0``.
+        half_spread_bps, impact_eta_bps, impact_exponent, participation_cap,
+        force_penalty_bps: the env's cost model (:class:`serl_jax.envs.EnvParams`;
+            scalars, traced or not; ``impact_exponent > 0``).
+        iterations: bisection steps (50 halvings reach float32 resolution).
+
+    Returns:
+        ``[..., T]`` float32 shares per slot summing to ``quantity`` (less when the caps
+        cannot absorb it and no slot is forced).
+
+    Raises:
+        ValueError: a concrete ``impact_exponent <= 0`` (linear costs have corner solutions).
+    """
+    if isinstance(impact_exponent, int | float) and impact_exponent <= 0:
+        raise ValueError(
+            f"cost_optimal_quantities: impact_exponent must be > 0, got {impact_exponent}"
+        )
+    liquidity = jnp.maximum(jnp.asarray(liquidity, jnp.float32), 0.0)
+    forced = jnp.asarray(forced, bool)
+    quantity = jnp.asarray(quantity, jnp.float32)
+    h = jnp.asarray(half_spread_bps, jnp.float32)
+    p = jnp.asarray(force_penalty_bps, jnp.float32)
+    k = jnp.asarray(impact_exponent, jnp.float32)
+    slope = (1.0 + k) * jnp.asarray(impact_eta_bps, jnp.float32)
+    cap = jnp.where(forced, jnp.inf, participation_cap * liquidity)
+    offset = jnp.where(forced, h + p, h)
+
+    def fills(lam):
+        rate = (jnp.maximum(lam[..., None] - offset, 0.0) / slope) ** (1.0 / k)
+        return jnp.minimum(liquidity * rate, cap)
+
+    # At the upper bracket a single slot of the least liquidity absorbs everything.
+    smallest = jnp.min(jnp.where(liquidity > 0, liquidity, jnp.inf), axis=-1)
+    high = h + p + slope * (quantity / jnp.where(jnp.isfinite(smallest), smallest, 1.0)) ** k
+    low = jnp.broadcast_to(h, high.shape)
+
+    def bisect(_, bracket):
+        low, high = bracket
+        mid = 0.5 * (low + high)
+        enough = fills(mid).sum(-1) >= quantity
+        return jnp.where(enough, low, mid), jnp.where(enough, mid, high)
+
+    _, high = jax.lax.fori_loop(0, iterations, bisect, (low, high))
+    q = fills(high)
+    total = q.sum(-1, keepdims=True)
+    # Rescale the last bisection error away (never above a cap: only shrinks it).
+    return jnp.where(total > quantity[..., None], q * quantity[..., None] / total, q)
 
 
 def action_from_target(remaining: ArrayLike, target_remaining: ArrayLike) -> Array:

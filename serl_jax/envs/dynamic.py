@@ -111,6 +111,11 @@ class DynamicEnvParams(EnvParams):
         """
         if child_order not in CHILD_ORDERS:
             raise ValueError(f"child_order must be one of {CHILD_ORDERS}, got {child_order!r}")
+        if params.diagnostic_volume_leak:
+            raise ValueError(
+                "env.diagnostic_volume_leak: the static market only (the dynamic market's "
+                "volume is simulated)"
+            )
         if tuple(stats.feature_names) != FEATURE_NAMES:
             raise ValueError(f"stats.feature_names {stats.feature_names} != {FEATURE_NAMES}")
         fields = {f: getattr(params, f) for f in params.__dataclass_fields__}
@@ -262,6 +267,7 @@ class DynamicExecutionEnv(ExecutionEnv):
             last_qty=filled,
             last_price=exec_price,
             last_market_price=market_price,
+            last_replayed_price=data.price[state.episode, slot],
             market=new_market,
             price_history=price_history,
             feature_history=state.feature_history.at[slot].set(features),

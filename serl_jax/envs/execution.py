@@ -76,6 +76,12 @@ class EnvParams:
         reward_scale: multiplies the whole reward (rewards are in bps before scaling).
         lookback: number of past slots of market features in the observation (static).
         benchmark: ``"vwap"`` or ``"twap"`` (static).
+        diagnostic_volume_leak: DIAGNOSTIC ONLY, a deliberate leak of the future (static):
+            append the current minute's true volume, ``log1p(v_s / mean minute volume)``,
+            to the observation, which no real agent sees before trading. Rung (b) of the
+            learnability ladder (``benchmarks/bench_learning.py``): with it, a policy that
+            learns must recover the volume-following part of the oracle's edge. The static
+            market only.
     """
 
     data: MarketData
@@ -97,6 +103,7 @@ class EnvParams:
     reward_scale: float = 0.1
     lookback: int = struct.field(pytree_node=False, default=10)
     benchmark: str = struct.field(pytree_node=False, default="vwap")
+    diagnostic_volume_leak: bool = struct.field(pytree_node=False, default=False)
 
 
 @struct.dataclass
@@ -117,6 +124,10 @@ class EnvState:
         last_qty: shares executed by the last step.
         last_price: execution price of the last step (market price if nothing traded).
         last_market_price: the market price of the last step's slot.
+        last_replayed_price: the replayed (real) price of the last step's slot, the price
+            the market offered without the agent: ``last_market_price`` in the static
+            market, the historical bar while the dynamic market's mid moves with the
+            agent's orders.
     """
 
     time: jnp.ndarray
@@ -132,6 +143,7 @@ class EnvState:
     last_qty: jnp.ndarray
     last_price: jnp.ndarray
     last_market_price: jnp.ndarray
+    last_replayed_price: jnp.ndarray
 
 
 RewardFn = Callable[[EnvState, jnp.ndarray, EnvState, EnvParams], jnp.ndarray]
@@ -193,19 +205,43 @@ def default_reward(
     return params.reward_scale * (pa_term - concentration - terminal)
 
 
-def twap_action_prior(obs: jnp.ndarray) -> jnp.ndarray:
-    """Logit of the TWAP baseline's action, read from an observation ``[..., D]``.
+def twap_action_prior(obs: jnp.ndarray, anchor_steps: float = 0.0) -> jnp.ndarray:
+    """Logit of a TWAP action, read from an observation ``[..., D]``: the policy prior.
 
-    A policy prior for :func:`serl_jax.rl.ppo.make_trainer`: the untrained residual policy
-    then trades like :func:`serl_jax.baselines.twap_policy` (schedule-tracking, catching up
-    after capped minutes) and learning shapes deviations from it. From the raw private
-    features ``τ = (T - t)/T``, ``n = T - t`` and ``h = I_t/Q``: the TWAP target after this
-    step is ``τ (1 - 1/n)`` remaining, so ``a = (h - τ (1 - 1/n)) / h``; its logit is clipped
-    to ``[-10, 10]``.
+    From the raw private features ``τ = (T - t)/T``, ``n = T - t`` and ``h = I_t/Q``, with
+    ``d = (τ - h) T`` the number of TWAP slices the order is ahead of the linear schedule:
+
+    - ``anchor_steps = 0``: the TWAP baseline's schedule tracking
+      (:func:`serl_jax.baselines.twap_policy`): trade to the schedule's holdings after
+      this step, ``a = (h - τ (1 - 1/n)) / h``, catching up a shortfall at once and
+      waiting while ahead;
+    - ``anchor_steps = k > 0``: the pace of the remaining inventory scaled by
+      ``exp(-d/k)``, ``a = exp(-d/k) / n``: on schedule it is TWAP's slice; a deviation
+      from the schedule is pulled back with a time constant of k steps instead of in one
+      step. A residual policy around this prior can trade more in one minute and less in
+      the next few (following volume) without the prior undoing it at the next step,
+      which the one-step tracking does (README, "Why PPO did not learn").
+
+    At the last step (``n = 1``) the prior trades everything. The logit is clipped to
+    ``[-10, 10]``.
+
+    Args:
+        obs: float32 ``[..., D]`` raw (unnormalized) observations of
+            :class:`ExecutionEnv`.
+        anchor_steps: k, the pull-back time constant in steps (0: one-step tracking).
+
+    Returns:
+        float32 ``[...]`` action logits.
     """
     time_left, steps_left, held = obs[..., 0], jnp.exp(obs[..., 1]), obs[..., 2]
-    target = time_left * (1.0 - 1.0 / jnp.maximum(steps_left, 1.0))
-    action = jnp.clip((held - target) / jnp.maximum(held, 1e-12), 1e-5, 1.0 - 1e-5)
+    if anchor_steps > 0:
+        slices_ahead = (time_left - held) * steps_left / jnp.maximum(time_left, 1e-12)
+        pull = jnp.exp(jnp.clip(-slices_ahead / anchor_steps, -20.0, 20.0))
+        action = jnp.where(steps_left <= 1.5, 1.0, pull / jnp.maximum(steps_left, 1.0))
+    else:
+        target = time_left * (1.0 - 1.0 / jnp.maximum(steps_left, 1.0))
+        action = (held - target) / jnp.maximum(held, 1e-12)
+    action = jnp.clip(action, 1e-5, 1.0 - 1e-5)
     return jnp.clip(jnp.log(action) - jnp.log1p(-action), -10.0, 10.0)
 
 
@@ -242,7 +278,9 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
     Observation: float32 ``[4 + lookback * F]``: ``(T - t)/T``, ``log(T - t)`` (so the
     TWAP pace ``1/(T - t)`` is a linear function of the input), ``I_t/Q``, the move of the
     last seen price since arrival in percent, then the normalized market features of the
-    ``lookback`` slots before the current one (zeros before the day's first bar).
+    ``lookback`` slots before the current one (zeros before the day's first bar), and with
+    ``EnvParams.diagnostic_volume_leak`` (a diagnostic, never for real use) the current
+    minute's true volume last.
     """
 
     def __init__(self, reward_fn: RewardFn = default_reward):
@@ -305,6 +343,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             last_qty=zero,
             last_price=arrival.astype(jnp.float32),
             last_market_price=arrival.astype(jnp.float32),
+            last_replayed_price=arrival.astype(jnp.float32),
         )
 
     def reset_state(self, key: jax.Array, params: EnvParams) -> EnvState:
@@ -407,6 +446,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             last_qty=qty,
             last_price=jnp.where(qty > 0, exec_price, price),
             last_market_price=price,
+            last_replayed_price=price,
         )
         return self.finish_step(state, fraction, next_state, params, qty, exec_price, price)
 
@@ -447,7 +487,13 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         features = jnp.where((past >= 0)[:, None], features, 0.0)
         steps_left = jnp.maximum(state.window_len - state.time, 1).astype(jnp.float32)
         private = jnp.stack([time_left, jnp.log(steps_left), inventory_left, move_pct])
-        return jnp.concatenate([private, features.reshape(-1)]).astype(jnp.float32)
+        parts = [private, features.reshape(-1)]
+        if params.diagnostic_volume_leak:
+            current = jnp.minimum(slot, n_slots - 1)
+            volume = params.data.volume[state.episode, current]
+            leak = jnp.log1p(safe_divide(volume, params.data.mean_minute_volume[state.episode]))
+            parts.append(leak[None])
+        return jnp.concatenate(parts).astype(jnp.float32)
 
     def history_price(self, state: EnvState, params: EnvParams, slot: jnp.ndarray) -> jnp.ndarray:
         """Price of an observed slot of the episode's day (the replayed bar), float32."""
@@ -472,8 +518,10 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         return "ExecutionEnv"
 
     def observation_size(self, params: EnvParams) -> int:
-        """Length of the observation vector, ``4 + lookback * F``."""
-        return NUM_PRIVATE_FEATURES + params.lookback * params.data.num_features
+        """Length of the observation vector, ``4 + lookback * F`` (+1 with the diagnostic
+        volume leak)."""
+        leak = 1 if params.diagnostic_volume_leak else 0
+        return NUM_PRIVATE_FEATURES + params.lookback * params.data.num_features + leak
 
     def action_space(self, params: EnvParams | None = None) -> spaces.Box:
         """``a ∈ [0, 1]``: the fraction of the remaining inventory to trade."""

@@ -144,3 +144,44 @@ class MarketData:
             episodes.mean_minute_volume,
             episodes.sigma,
         )
+
+
+def trend_market(
+    n_episodes: int = 8,
+    n_slots: int = 30,
+    drift_per_minute: float = 5e-4,
+    minute_volume: float = 1000.0,
+    n_features: int = 2,
+    zero_volume_slots: tuple[int, ...] = (),
+) -> MarketData:
+    """A synthetic market with a known optimal schedule: price ``10 exp(drift t)``, constant
+    volume, flat profile (rung (a) of the learnability ladder, and tests).
+
+    With a positive drift a seller should wait and sell late; with a negative one it should
+    sell early. Features are zeros (the policy needs only its private state);
+    ``zero_volume_slots`` get no market volume (an illiquid minute).
+
+    Args:
+        n_episodes: N identical days.
+        n_slots: T minutes per day.
+        drift_per_minute: log-price drift per minute (5e-4 = 5 bps).
+        minute_volume: shares per minute.
+        n_features: F (zero) features per slot.
+        zero_volume_slots: slots with no volume.
+
+    Returns:
+        The :class:`MarketData` (sigma 5 bps a minute).
+    """
+    volume = np.full((n_episodes, n_slots), minute_volume)
+    volume[:, list(zero_volume_slots)] = 0.0
+    t = np.arange(n_slots)
+    price = np.repeat((10.0 * np.exp(drift_per_minute * t))[None], n_episodes, axis=0)
+    return MarketData.create(
+        price=price,
+        volume=volume,
+        features=np.zeros((n_episodes, n_slots, n_features)),
+        volume_profile=np.full((n_episodes, n_slots), 1.0 / n_slots),
+        expected_day_volume=np.full(n_episodes, minute_volume * n_slots),
+        mean_minute_volume=np.full(n_episodes, minute_volume),
+        sigma=np.full(n_episodes, 5e-4),
+    )

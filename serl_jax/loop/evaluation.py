@@ -35,13 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from serl_jax.components.reward import reward_term_values
-from serl_jax.config import ACTION_PRIORS, Config, config_from_dict
+from serl_jax.config import Config, config_from_dict
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
 from serl_jax.experiment import train_policy
 from serl_jax.loop.workers import WorkerPool
-from serl_jax.metrics import compute_metrics, price_advantage
+from serl_jax.metrics import compute_metrics, price_advantage, shortfall
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.policy import make_ppo_policy
 
@@ -56,8 +56,11 @@ class ProgramResult:
         ok: training finished with finite parameters and metrics.
         error: one-line reason when not ok ("" otherwise).
         metrics: validation-day metrics: ``pa``, ``pa_ci`` ([low, high]), ``pa_std``,
-            ``wr``, ``glr``, ``afi`` (bps or ratios; ``None`` where not finite),
-            ``n_orders``, ``validation_pa_per_seed``, ``selected_seed``.
+            ``wr``, ``glr``, ``afi``, ``shortfall`` (mean spread-and-impact part of PA)
+            (bps or ratios; ``None`` where not finite), ``n_orders``,
+            ``validation_pa_per_seed``, ``selected_seed``, and per validation order
+            ``pa_per_order`` and ``shortfall_per_order`` (bps) for paired comparisons of
+            candidates on the same orders.
         reward_term_stats: ``{term: {episode_mean, episode_std, step_mean, step_min,
             step_max, share}}`` of the selected seed's final policy on validation days
             (``share`` = the term's mean |episode sum| over the sum of all terms'), plus
@@ -141,9 +144,7 @@ def evaluate_program(
     try:
         reward_fn, network = load_program(reward_code, network_code)
         env = ExecutionEnv(reward_fn=reward_fn)
-        policy = make_ppo_policy(
-            network, cfg.ppo.normalize_obs, action_prior=ACTION_PRIORS[cfg.network.action_prior]
-        )
+        policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
 
         def terms(prev, action, nxt, params):
             return reward_term_values(reward_fn(prev, action, nxt, params))
@@ -184,6 +185,7 @@ def evaluate_program(
     m = compute_metrics(
         outcomes, confidence=cfg.eval.confidence, n_bootstrap=cfg.eval.n_bootstrap, seed=0
     )
+    costs = shortfall(outcomes)
     metrics = {
         "pa": _finite(m.PA.value),
         "pa_ci": [_finite(m.PA.low), _finite(m.PA.high)],
@@ -194,6 +196,9 @@ def evaluate_program(
         "n_orders": int(m.n_orders),
         "validation_pa_per_seed": [_finite(v) for v in trained.validation_pa],
         "selected_seed": seed,
+        "shortfall": _finite(costs.mean()),
+        "pa_per_order": [float(v) for v in pa],
+        "shortfall_per_order": [_finite(v) for v in costs],
     }
     stats = _term_stats(final.recorded, {k: v[seed] for k, v in last["sums"].items()})
     stats["history"] = [

@@ -56,8 +56,9 @@ from serl_jax.config import Config
 from serl_jax.loop.convergence import EmaConvergence
 from serl_jax.loop.evaluation import ProgramEvaluator
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore
+from serl_jax.metrics import paired_difference
 
-__all__ = ["LoopOutcome", "SERLLoop", "candidate_feedback"]
+__all__ = ["LoopOutcome", "SERLLoop", "candidate_feedback", "paired_with_reference"]
 
 REFERENCE_ID = "j0-default"
 
@@ -89,6 +90,28 @@ def _fmt(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def paired_with_reference(metrics: dict[str, Any], reference: dict[str, Any]) -> dict | None:
+    """A candidate against the reference program on the same validation orders.
+
+    Args:
+        metrics, reference: the two programs' validation metrics
+            (:class:`serl_jax.loop.evaluation.ProgramResult`), with ``pa_per_order`` and
+            ``shortfall_per_order``.
+
+    Returns:
+        ``{"pa": {...}, "shortfall": {...}}``, each ``{"value", "ci_low", "ci_high",
+        "win_rate"}`` (bps, 95% bootstrap interval of the mean paired difference), or None
+        when either lacks the per-order values (a run recorded before they were kept).
+    """
+    out = {}
+    for key, name in (("pa_per_order", "pa"), ("shortfall_per_order", "shortfall")):
+        a, b = metrics.get(key), reference.get(key)
+        if not a or not b or len(a) != len(b) or None in a or None in b:
+            return None
+        out[name] = paired_difference(np.asarray(a), np.asarray(b)).to_dict()
+    return out
+
+
 def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
     """One candidate's outcome as feedback text for the next prompt (reward reflection).
 
@@ -111,6 +134,16 @@ def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
         f"AFI {_fmt(m.get('afi'), '.3f')}"
         + (f" (same program as {cand.duplicate_of})" if cand.duplicate_of else "")
     ]
+    paired = m.get("vs_default")
+    if paired:
+        pa, cost = paired["pa"], paired["shortfall"]
+        lines.append(
+            f"  vs {REFERENCE_ID} on the same validation orders: PA "
+            f"{_fmt(pa['value'], '+.2f')} bps (95% CI {_fmt(pa['ci_low'], '+.2f')} to "
+            f"{_fmt(pa['ci_high'], '+.2f')}, better on {_fmt(pa['win_rate'], '.0%')} of "
+            f"orders); spread-and-impact shortfall {_fmt(cost['value'], '+.2f')} bps (95% CI "
+            f"{_fmt(cost['ci_low'], '+.2f')} to {_fmt(cost['ci_high'], '+.2f')})"
+        )
     stats = cand.reward_term_stats or {}
     history = stats.get("history") or []
     terms = [k for k in stats if k != "history"][:max_terms]
@@ -344,6 +377,13 @@ class SERLLoop:
             if result.ok:
                 cand.status, cand.score = "evaluated", result.metrics["pa"]
                 cand.metrics, cand.reward_term_stats = result.metrics, result.reward_term_stats
+                reference = next(
+                    (c for c in self.store.candidates(0) if c.id == REFERENCE_ID), None
+                )
+                if cand.id != REFERENCE_ID and reference and reference.status == "evaluated":
+                    cand.metrics["vs_default"] = paired_with_reference(
+                        cand.metrics, reference.metrics
+                    )
                 _write_curves(self.store.candidate_dir(cand.id), result.curves)
             else:
                 cand.status, cand.error = "crashed", result.error
@@ -362,6 +402,13 @@ class SERLLoop:
     def _report_candidate(self, cand: Candidate) -> None:
         if cand.status == "evaluated":
             note = f" (= {cand.duplicate_of})" if cand.duplicate_of else ""
+            paired = (cand.metrics or {}).get("vs_default")
+            if paired and not cand.duplicate_of:
+                pa = paired["pa"]
+                note += (
+                    f", vs {REFERENCE_ID} {_fmt(pa['value'], '+.2f')} "
+                    f"[{_fmt(pa['ci_low'], '+.2f')}, {_fmt(pa['ci_high'], '+.2f')}]"
+                )
             t = cand.timing
             self.log(
                 f"  {cand.id} {cand.module}: PA {cand.score:.2f} bps{note}"

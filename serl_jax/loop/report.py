@@ -2,7 +2,8 @@
 
 The best candidate (highest validation PA) and the reference ``j0-default`` (the
 default PPO, trained with the same budget) are reloaded from their checkpoints and run
-on the test days next to TWAP, VWAP and Almgren–Chriss through the same rollout. Writes
+on the test days next to the baselines through the same rollout; the best is compared
+with the default PPO on the same orders (paired, on validation and test days). Writes
 ``report.md`` (top candidates with code and metrics, the table), ``report.json`` and
 ``results.txt`` into the run folder, and marks the run finished.
 """
@@ -12,14 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serl_jax.config import ACTION_PRIORS, Config
+from serl_jax.config import Config
 from serl_jax.data import MarketSplits
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import baseline_policies, evaluate_policies
 from serl_jax.loop.outer import REFERENCE_ID, LoopOutcome
 from serl_jax.loop.store import Candidate, RunStore
-from serl_jax.metrics import format_table
+from serl_jax.metrics import format_table, paired_difference, price_advantage, shortfall
 from serl_jax.plots import plot_loop_progress
 from serl_jax.rl.checkpoint import load_policy
 from serl_jax.rl.policy import make_ppo_policy
@@ -29,9 +30,7 @@ __all__ = ["write_report"]
 
 def _ppo_policy(cfg: Config, store: RunStore, cand: Candidate):
     network, params, _ = load_policy(store.candidate_dir(cand.id) / "checkpoint")
-    policy = make_ppo_policy(
-        network, cfg.ppo.normalize_obs, action_prior=ACTION_PRIORS[cfg.network.action_prior]
-    )
+    policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
     return policy, params
 
 
@@ -51,6 +50,45 @@ def _candidate_md(cand: Candidate) -> str:
     if cand.module in ("network", "default"):
         code.append(f"Network:\n```python\n{cand.network_code.rstrip()}\n```")
     return "\n\n".join([head, f"Instruction: {cand.instruction}", *code])
+
+
+def _best_vs_default(best: Candidate, best_rollout, default_rollout, side: float) -> dict:
+    """The best candidate minus the default PPO on the same orders: ``{"validation",
+    "test"}`` -> ``{"pa", "shortfall"}`` -> ``{"value", "ci_low", "ci_high", "win_rate"}``
+    (bps; validation None when the best is the default itself or lacks per-order values)."""
+    ours, theirs = best_rollout.outcomes(side), default_rollout.outcomes(side)
+    return {
+        "validation": None if best.id == REFERENCE_ID else (best.metrics or {}).get("vs_default"),
+        "test": {
+            "pa": paired_difference(price_advantage(ours), price_advantage(theirs)).to_dict(),
+            "shortfall": paired_difference(shortfall(ours), shortfall(theirs)).to_dict(),
+        },
+    }
+
+
+def _best_vs_default_md(best_id: str, paired: dict) -> str:
+    def line(days: str, entry: dict | None) -> str:
+        if entry is None:
+            return f"- {days} days: n/a"
+        pa, cost = entry["pa"], entry["shortfall"]
+
+        def f(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:+.2f}"
+
+        return (
+            f"- {days} days: PA {f(pa['value'])} bps [{f(pa['ci_low'])}, {f(pa['ci_high'])}], "
+            f"better on {pa['win_rate']:.0%} of orders; shortfall {f(cost['value'])} bps "
+            f"[{f(cost['ci_low'])}, {f(cost['ci_high'])}]"
+        )
+
+    return "\n".join(
+        [
+            f"## Best ({best_id}) minus the default PPO on the same orders (95% bootstrap CI)",
+            "",
+            line("validation", paired["validation"]),
+            line("test", paired["test"]),
+        ]
+    )
 
 
 def write_report(
@@ -81,6 +119,9 @@ def write_report(
     test_params = cfg.env_params(MarketData.from_episodes(splits.test))
     results = evaluate_policies(cfg, ExecutionEnv(), test_params, policies)
     table = format_table({(splits.name, name): m for name, (m, _) in results.items()})
+    best_vs_default = _best_vs_default(
+        best, results[f"SE-RL {best.id}"][1], results["PPO default"][1], float(test_params.side)
+    )
 
     counts: dict[str, int] = {}
     for c in store.candidates():
@@ -95,6 +136,7 @@ def write_report(
         "best": best.to_record(),
         "top": [c.id for c in ranked[:top]],
         "test": {name: m.to_dict() for name, (m, _) in results.items()},
+        "best_vs_default": best_vs_default,
     }
     (store.root / "report.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
     (store.root / "results.txt").write_text(table + "\n")
@@ -118,6 +160,8 @@ def write_report(
             f"| {s.iteration} | {s.pa:.2f} | {s.ema:.2f} | {s.best_id} |"
             for s in outcome.iterations
         ),  # fmt: skip
+        "",
+        _best_vs_default_md(best.id, best_vs_default),
         "",
         "## Test days",
         "```",

@@ -27,6 +27,15 @@ Edge cases (chosen so that no order is silently dropped):
 * GLR is ``inf`` when there are winners but no losers, ``0`` when there are losers but no
   winners, and ``nan`` when there are neither (every ``PA_i == 0``).
 
+Paired comparison with TWAP. Every policy executes the same orders, so a policy is compared
+with the TWAP baseline order by order: ``vs_TWAP`` is the mean of ``PA_i − PA_i^TWAP`` with
+its bootstrap interval and the share of orders on which the policy did better (``win_rate``);
+unpaired intervals over a few dozen orders are too wide to show a few bps. PA splits exactly
+into a timing part, the PA of the replayed (undisturbed) minute prices at which the order
+traded, ``d · (Σ q p_t / executed / P̃ − 1) · 1e4``, and the execution shortfall, the rest
+(spread and impact); ``shortfall_vs_TWAP`` is the paired difference of the shortfall alone,
+the part a policy controls when the replayed prices are a martingale.
+
 Confidence intervals are percentile-bootstrap intervals over orders (resampling orders with
 replacement, ``n_bootstrap`` resamples from a seeded ``numpy.random.Generator``, so the same
 inputs and seed give identical intervals). For GLR, resamples where GLR is undefined (``nan``)
@@ -46,9 +55,13 @@ __all__ = [
     "Estimate",
     "ExecutionMetrics",
     "OrderOutcomes",
+    "PairedDifference",
     "compute_metrics",
     "format_table",
+    "paired_difference",
     "price_advantage",
+    "shortfall",
+    "timing_advantage",
     "twap",
     "vwap",
 ]
@@ -79,6 +92,10 @@ class OrderOutcomes:
         notional: ``[n]`` cash value of the fills, ``Σ q · p_exec`` over the order's child
             fills, in currency, ``>= 0`` (and ``0`` when ``executed == 0``).
         benchmark: ``[n]`` benchmark price ``P̃`` per share (currency/share), ``> 0``.
+        replayed_notional: ``[n]`` or None, ``Σ q · p_t`` over the fills at the replayed
+            (undisturbed) price ``p_t`` of their minutes, currency, ``>= 0``: what the same
+            shares were worth in the market without the agent's spread and impact (needed
+            for :func:`timing_advantage` and :func:`shortfall`).
     """
 
     side: np.ndarray
@@ -86,11 +103,14 @@ class OrderOutcomes:
     executed: np.ndarray
     notional: np.ndarray
     benchmark: np.ndarray
+    replayed_notional: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = None
         for field in dataclasses.fields(self):
             name = field.name
+            if name == "replayed_notional" and self.replayed_notional is None:
+                continue
             try:
                 arr = np.array(getattr(self, name), dtype=np.float64)
             except (TypeError, ValueError) as err:
@@ -132,6 +152,13 @@ class OrderOutcomes:
         _check("notional", self.notional >= 0, ">= 0")
         _check("notional", (self.executed > 0) | (self.notional == 0), "0 when executed == 0")
         _check("benchmark", self.benchmark > 0, "> 0 (a price)")
+        if self.replayed_notional is not None:
+            _check("replayed_notional", self.replayed_notional >= 0, ">= 0")
+            _check(
+                "replayed_notional",
+                (self.executed > 0) | (self.replayed_notional == 0),
+                "0 when executed == 0",
+            )
 
     @property
     def n_orders(self) -> int:
@@ -146,6 +173,7 @@ class OrderOutcomes:
         shares: Any,
         cash: Any,
         benchmark: Any,
+        replayed_cash: Any = None,
     ) -> OrderOutcomes:
         """Builds outcomes from per-step fills, e.g. an environment rollout's ``info``.
 
@@ -155,10 +183,12 @@ class OrderOutcomes:
             shares: ``[n, T]`` shares executed at each step.
             cash: ``[n, T]`` cash value ``q · p_exec`` of each step's fill.
             benchmark: ``[n]`` or scalar benchmark price per share.
+            replayed_cash: optional ``[n, T]`` value ``q · p_t`` of each step's fill at the
+                replayed price of its minute.
 
         Returns:
-            ``OrderOutcomes`` with ``executed = shares.sum(-1)`` and ``notional = cash.sum(-1)``
-            (summed in float64).
+            ``OrderOutcomes`` with ``executed = shares.sum(-1)``, ``notional = cash.sum(-1)``
+            and ``replayed_notional = replayed_cash.sum(-1)`` (summed in float64).
         """
         shares = np.asarray(shares, dtype=np.float64)
         cash = np.asarray(cash, dtype=np.float64)
@@ -167,6 +197,14 @@ class OrderOutcomes:
                 f"OrderOutcomes.from_fills: shares and cash must both be [n, T], got "
                 f"{shares.shape} and {cash.shape}"
             )
+        if replayed_cash is not None:
+            replayed_cash = np.asarray(replayed_cash, dtype=np.float64)
+            if replayed_cash.shape != shares.shape:
+                raise ValueError(
+                    f"OrderOutcomes.from_fills: replayed_cash must be {shares.shape} like "
+                    f"shares, got {replayed_cash.shape}"
+                )
+            replayed_cash = replayed_cash.sum(axis=-1)
         n = shares.shape[0]
 
         def _vec(name: str, x: Any) -> np.ndarray:
@@ -185,6 +223,7 @@ class OrderOutcomes:
             executed=shares.sum(axis=-1),
             notional=cash.sum(axis=-1),
             benchmark=_vec("benchmark", benchmark),
+            replayed_notional=replayed_cash,
         )
 
 
@@ -272,6 +311,105 @@ def price_advantage(outcomes: OrderOutcomes) -> np.ndarray:
     return np.where(filled, pa, 0.0)
 
 
+def timing_advantage(outcomes: OrderOutcomes) -> np.ndarray:
+    """Per-order timing part of PA, bps: the PA of the replayed minute prices it traded at.
+
+    ``d · (Σ q p_t / executed / P̃ − 1) · 1e4`` (0 when nothing executed). With the
+    shortfall (:func:`shortfall`) it sums to :func:`price_advantage` exactly.
+
+    Raises:
+        ValueError: if ``outcomes.replayed_notional`` is None.
+    """
+    if outcomes.replayed_notional is None:
+        raise ValueError("timing_advantage: OrderOutcomes.replayed_notional is missing")
+    executed = outcomes.executed
+    filled = executed > 0
+    avg_price = outcomes.replayed_notional / np.where(filled, executed, 1.0)
+    return np.where(filled, outcomes.side * (avg_price / outcomes.benchmark - 1.0) * _BPS, 0.0)
+
+
+def shortfall(outcomes: OrderOutcomes) -> np.ndarray:
+    """Per-order execution shortfall, bps: ``PA − timing`` (:func:`timing_advantage`), i.e.
+    ``d · (notional − replayed_notional) / executed / P̃ · 1e4``: spread and impact paid
+    against the replayed prices (negative is a cost).
+
+    Raises:
+        ValueError: if ``outcomes.replayed_notional`` is None.
+    """
+    return price_advantage(outcomes) - timing_advantage(outcomes)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference:
+    """A policy against a reference on the same orders: mean of ``x_i − x_i^ref``.
+
+    Attributes:
+        value: mean paired difference (bps).
+        low, high: its percentile-bootstrap confidence interval (``nan`` without one).
+        win_rate: share of orders with ``x_i > x_i^ref``, in ``[0, 1]``.
+    """
+
+    value: float
+    low: float
+    high: float
+    win_rate: float
+
+    def to_dict(self) -> dict[str, float | None]:
+        """``{"value", "ci_low", "ci_high", "win_rate"}`` (non-finite floats -> ``None``)."""
+        return {
+            "value": _json_float(self.value),
+            "ci_low": _json_float(self.low),
+            "ci_high": _json_float(self.high),
+            "win_rate": _json_float(self.win_rate),
+        }
+
+
+def paired_difference(
+    values: np.ndarray,
+    reference: np.ndarray,
+    confidence: float = 0.95,
+    n_bootstrap: int = 2000,
+    seed: int = 0,
+) -> PairedDifference:
+    """Mean of ``values − reference`` over orders with a percentile-bootstrap interval.
+
+    The orders are resampled with replacement (``n_bootstrap`` resamples from
+    ``numpy.random.default_rng(seed)``), keeping each order's pair together.
+
+    Args:
+        values: ``[n]`` per-order values of the policy (e.g. PA, bps).
+        reference: ``[n]`` the reference policy's values on the same orders.
+        confidence: confidence level in ``(0, 1)``.
+        n_bootstrap: resamples (0: no interval).
+        seed: bootstrap seed.
+
+    Returns:
+        The :class:`PairedDifference`.
+
+    Raises:
+        ValueError: shapes that differ or are not ``[n]`` with ``n >= 1``.
+    """
+    values = np.asarray(values, np.float64)
+    reference = np.asarray(reference, np.float64)
+    if values.ndim != 1 or values.shape != reference.shape or values.size == 0:
+        raise ValueError(
+            f"paired_difference: need two [n] arrays of the same orders, got {values.shape} "
+            f"and {reference.shape}"
+        )
+    diff = values - reference
+    low = high = math.nan
+    if n_bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        n = diff.size
+        chunk = max(1, _CHUNK_ELEMENTS // n)
+        means = [
+            diff[rng.integers(0, n, size=(min(chunk, n_bootstrap - start), n))].mean(axis=-1)
+            for start in range(0, n_bootstrap, chunk)
+        ]
+        low, high = _percentile_interval(np.concatenate(means), confidence)
+    return PairedDifference(float(diff.mean()), low, high, float((diff > 0).mean()))
+
+
 @dataclasses.dataclass(frozen=True)
 class Estimate:
     """A point estimate with a confidence interval ``[low, high]`` (``nan`` when unavailable)."""
@@ -302,6 +440,10 @@ class ExecutionMetrics:
         AFI: average fraction of the order left unfilled (in ``[0, 1]``).
         n_orders: number of orders.
         confidence: confidence level of the intervals (e.g. 0.95).
+        vs_TWAP: PA paired with the TWAP baseline's on the same orders
+            (:func:`paired_difference`); None when not computed (e.g. for TWAP itself).
+        shortfall_vs_TWAP: the same for the execution shortfall (:func:`shortfall`); None
+            when not computed or the outcomes lack ``replayed_notional``.
     """
 
     PA: Estimate
@@ -311,6 +453,8 @@ class ExecutionMetrics:
     AFI: Estimate
     n_orders: int
     confidence: float = 0.95
+    vs_TWAP: PairedDifference | None = None
+    shortfall_vs_TWAP: PairedDifference | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dictionary.
@@ -318,10 +462,14 @@ class ExecutionMetrics:
         Keys ``PA``, ``PA_std``, ``WR``, ``GLR``, ``AFI`` each map to
         ``{"value", "ci_low", "ci_high"}``; ``n_orders`` is an int. Non-finite floats (e.g. GLR
         ``inf`` with no losing orders, ``nan`` when undefined) become ``None`` so the result
-        passes ``json.dumps(..., allow_nan=False)``.
+        passes ``json.dumps(..., allow_nan=False)``. ``vs_TWAP`` and ``shortfall_vs_TWAP``,
+        when computed, map to ``{"value", "ci_low", "ci_high", "win_rate"}``.
         """
         out: dict[str, Any] = {name: getattr(self, name).to_dict() for name in _METRIC_NAMES}
         out["n_orders"] = int(self.n_orders)
+        for name in ("vs_TWAP", "shortfall_vs_TWAP"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name).to_dict()
         return out
 
 
@@ -376,6 +524,7 @@ def compute_metrics(
     confidence: float = 0.95,
     n_bootstrap: int = 2000,
     seed: int = 0,
+    twap: OrderOutcomes | None = None,
 ) -> ExecutionMetrics:
     """Computes PA, PA-std, WR, GLR and AFI with percentile-bootstrap confidence intervals.
 
@@ -389,12 +538,15 @@ def compute_metrics(
         confidence: confidence level in ``(0, 1)``.
         n_bootstrap: number of bootstrap resamples, ``>= 0``; 0 skips the intervals (``nan``).
         seed: seed for the bootstrap generator.
+        twap: the TWAP baseline's outcomes on the same orders; gives ``vs_TWAP`` (and
+            ``shortfall_vs_TWAP`` when both have ``replayed_notional``).
 
     Returns:
         ``ExecutionMetrics`` (see the module docstring for the edge-case conventions).
 
     Raises:
-        ValueError: no orders, or a bad ``confidence`` / ``n_bootstrap``.
+        ValueError: no orders, a bad ``confidence`` / ``n_bootstrap``, or ``twap`` outcomes
+            of other orders (a different count, side or quantity).
     """
     if not isinstance(outcomes, OrderOutcomes):
         raise ValueError(f"compute_metrics: expected OrderOutcomes, got {type(outcomes).__name__}")
@@ -430,7 +582,22 @@ def compute_metrics(
         else:
             low, high = math.nan, math.nan
         estimates[name] = Estimate(value=value, low=low, high=high)
-    return ExecutionMetrics(**estimates, n_orders=n, confidence=float(confidence))
+    paired = {}
+    if twap is not None:
+        same = (
+            twap.n_orders == n
+            and np.array_equal(twap.side, outcomes.side)
+            and np.allclose(twap.quantity, outcomes.quantity, rtol=1e-6)
+        )
+        if not same:
+            raise ValueError("compute_metrics: the TWAP outcomes are not of the same orders")
+        boot = {"confidence": confidence, "n_bootstrap": n_bootstrap, "seed": seed}
+        paired["vs_TWAP"] = paired_difference(pa, price_advantage(twap), **boot)
+        if outcomes.replayed_notional is not None and twap.replayed_notional is not None:
+            paired["shortfall_vs_TWAP"] = paired_difference(
+                shortfall(outcomes), shortfall(twap), **boot
+            )
+    return ExecutionMetrics(**estimates, n_orders=n, confidence=float(confidence), **paired)
 
 
 # --------------------------------------------------------------------------------------
@@ -455,12 +622,23 @@ def _fmt(fmt: str, x: float) -> str:
     return fmt.format(x)
 
 
+def _paired_cell(diff: PairedDifference | None) -> str:
+    if diff is None:
+        return "-"
+    return (
+        f"{_fmt('{:+.2f}', diff.value)} [{_fmt('{:+.2f}', diff.low)}, {_fmt('{:+.2f}', diff.high)}]"
+    )
+
+
 def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
     """Formats metrics as a plain-text table, one row per ``(market, policy)``.
 
     Columns: market, policy, PA (bps), PA-std (bps), WR, GLR, AFI, each as
-    ``"value [low, high]"`` (``n/a`` for undefined values), and n (orders). Rows keep the
-    mapping's order. A footer line gives the confidence level(s).
+    ``"value [low, high]"`` (``n/a`` for undefined values), n (orders), then the paired
+    comparison with TWAP on the same orders: PA − TWAP (bps), the share of orders won and
+    the shortfall's difference (``-`` where not computed, e.g. for TWAP itself). Rows keep
+    the mapping's order. Footer lines give the confidence level(s) and say what the paired
+    columns are.
 
     Args:
         rows: ``{(market, policy): ExecutionMetrics}``.
@@ -468,7 +646,15 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
     Returns:
         The table as one string (no trailing newline).
     """
-    header = ["market", "policy", *(title for title, _, _ in _COLUMNS), "n"]
+    header = [
+        "market",
+        "policy",
+        *(title for title, _, _ in _COLUMNS),
+        "n",
+        "PA-TWAP (bps)",
+        "won",
+        "shortfall-TWAP (bps)",
+    ]
     body = []
     levels = set()
     for key, metrics in rows.items():
@@ -485,6 +671,10 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
             est: Estimate = getattr(metrics, attr)
             cells.append(f"{_fmt(fmt, est.value)} [{_fmt(fmt, est.low)}, {_fmt(fmt, est.high)}]")
         cells.append(str(metrics.n_orders))
+        cells.append(_paired_cell(metrics.vs_TWAP))
+        won = metrics.vs_TWAP.win_rate if metrics.vs_TWAP is not None else math.nan
+        cells.append("-" if math.isnan(won) else f"{won:.2f}")
+        cells.append(_paired_cell(metrics.shortfall_vs_TWAP))
         body.append(cells)
 
     widths = [max(len(r[j]) for r in [header, *body]) for j in range(len(header))]
@@ -502,4 +692,9 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
     if levels:
         pct = ", ".join(f"{100 * c:g}%" for c in sorted(levels))
         lines.append(f"[low, high]: {pct} percentile-bootstrap confidence interval over orders")
+    if any(m.vs_TWAP is not None for m in rows.values()):
+        lines.append(
+            "PA-TWAP: mean of PA_i - PA_i(TWAP) on the same orders; won: share of orders with "
+            "PA_i > PA_i(TWAP); shortfall-TWAP: the same for the spread-and-impact part of PA"
+        )
     return "\n".join(lines)

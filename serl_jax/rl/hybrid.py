@@ -185,12 +185,18 @@ def make_hybrid_trainer(
 
     Raises:
         ValueError: if ``hybrid.dynamic_envs * config.num_steps`` is not divisible by
-            ``config.num_minibatches``, or the two markets' observation sizes differ.
+            ``config.num_minibatches``, ``hybrid.dynamic_envs`` not by
+            ``config.group_size``, or the two markets' observation sizes differ.
     """
     if (hybrid.dynamic_envs * config.num_steps) % config.num_minibatches:
         raise ValueError(
             f"ppo.num_minibatches={config.num_minibatches} must divide "
             f"hybrid.dynamic_envs*ppo.num_steps={hybrid.dynamic_envs * config.num_steps}"
+        )
+    if hybrid.dynamic_envs % config.group_size:
+        raise ValueError(
+            f"ppo.group_size={config.group_size} must divide "
+            f"market.dynamic_envs={hybrid.dynamic_envs}"
         )
     obs_size = static_env.observation_space(static_params).shape[0]
     dynamic_obs_size = dynamic_env.observation_space(dynamic_params).shape[0]
@@ -201,8 +207,12 @@ def make_hybrid_trainer(
     def init(key: jax.Array) -> HybridRunnerState:
         key, key_net, key_static, key_dynamic = jax.random.split(key, 4)
         params = network.init(key_net, jnp.zeros((obs_size,), jnp.float32))
-        static = reset_lanes(static_env, static_params, key_static, config.num_envs)
-        dynamic = reset_lanes(dynamic_env, dynamic_params, key_dynamic, hybrid.dynamic_envs)
+        static = reset_lanes(
+            static_env, static_params, key_static, config.num_envs, config.group_size
+        )
+        dynamic = reset_lanes(
+            dynamic_env, dynamic_params, key_dynamic, hybrid.dynamic_envs, config.group_size
+        )
         return HybridRunnerState(
             train_state=TrainState.create(apply_fn=network.apply, params=params, tx=tx),
             obs_stats=RunningStats.create(obs_size).update(static.obs).update(dynamic.obs),

@@ -148,8 +148,11 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
         "PPO default",
         "TWAP",
         "VWAP",
+        "adaptive VWAP",
+        "POV",
         "AC",
         "Immediate",
+        "oracle (not achievable)",
     }
     meta = json.loads((run_dir / "candidates" / best.id / "checkpoint" / "policy.json").read_text())
     assert (meta["reward_code"], meta["network_code"]) == (best.reward_code, best.network_code)
