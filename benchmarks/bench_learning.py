@@ -34,13 +34,11 @@ ablation at the default preset)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import time
 from pathlib import Path
 
-import jax
+from bench_env import machine_description
 
 from llm.designs import library
 from llm.validate import load_validated
@@ -76,23 +74,6 @@ ABLATION: tuple[tuple[str, list[str], str | None], ...] = (
     ("new default + replayed_shortfall reward", [], "replayed_shortfall"),
     ("old defaults + replayed_shortfall reward", OLD_DEFAULTS, "replayed_shortfall"),
 )
-
-
-def machine_description() -> str:
-    """Date, CPU model, usable cores, jax version and device."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = models[0] if models else cpu
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    device = jax.devices()[0]
-    return (
-        f"date:    {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}\n"
-        f"machine: {cpu}, {cores} cores usable; jax {jax.__version__} on {device.platform}"
-    )
 
 
 def _cell(d: PairedDifference) -> str:
@@ -145,7 +126,8 @@ def rung_a(cfg: Config) -> list[str]:
     rollouts = _evaluate(cfg, env, params, {"PPO": ppo, TWAP: baseline_policies(cfg)[TWAP]})
     pa, cost = _paired(rollouts["PPO"], rollouts[TWAP], float(params.side))
     return [
-        f"(a) synthetic uptrend ({n_slots} min, +5 bps/min) | PPO-TWAP PA {_cell(pa)} | "
+        f"(a) synthetic uptrend ({n_slots} min, +5 bps/min, 8 identical days) | "
+        f"PPO-TWAP PA {_cell(pa)} | "
         f"shortfall {_cell(cost)} | {time.perf_counter() - t0:.0f} s"
     ]
 
@@ -187,8 +169,10 @@ def rung_real(cfg: Config, market: str, leak: bool) -> list[str]:
                     baselines,
                     key=lambda n: price_advantage(rollouts[n].outcomes(side)).mean(),
                 )
-            vs_best, _ = _paired(rollouts["PPO"], rollouts[best_baseline], side)
-            line += f" | PPO-{best_baseline} PA {_cell(vs_best)}"
+            line += f" | best baseline on validation days: {best_baseline}"
+            if best_baseline != TWAP:
+                vs_best, _ = _paired(rollouts["PPO"], rollouts[best_baseline], side)
+                line += f", PPO-{best_baseline} PA {_cell(vs_best)}"
         lines.append(line)
     lines.append(
         f"    ({seconds:.0f} s training, {cfg.ppo.num_updates} updates x {cfg.run.num_seeds} seeds)"
@@ -243,7 +227,8 @@ def main() -> None:
     markets = args.markets.split(",")
     print(machine_description())
     print(
-        f"preset:  {args.config} {' '.join(args.overrides)}: {cfg.ppo.num_updates} updates of "
+        f"preset:  {os.path.relpath(args.config, ROOT)} {' '.join(args.overrides)}: "
+        f"{cfg.ppo.num_updates} updates of "
         f"{cfg.ppo.num_envs} x {cfg.ppo.num_steps} steps, {cfg.run.num_seeds} seeds, "
         f"group {cfg.ppo.group_size}, λ {cfg.ppo.gae_lambda}, "
         f"anchor {cfg.network.prior_anchor_steps}"

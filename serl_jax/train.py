@@ -54,6 +54,7 @@ import numpy as np
 import yaml
 
 from llm.backends import BackendError, make_backend
+from llm.validate import SandboxError
 from serl_jax.config import Config, ConfigError, config_from_dict, load_config
 from serl_jax.data import DataError, MarketSplits
 from serl_jax.envs.dynamic import DynamicExecutionEnv
@@ -361,7 +362,8 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
     try:
         with backend:
             outcome = loop.run()
-    except BackendError as err:
+    except (BackendError, SandboxError) as err:
+        # the designer or the validation sandbox failed, not a candidate: stop, resumable
         print(f"error: {err}", file=sys.stderr)
         print(f"the run can be resumed: python -m serl_jax.train --resume {store.root}",
               file=sys.stderr)  # fmt: skip

@@ -340,28 +340,34 @@ def shortfall(outcomes: OrderOutcomes) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class PairedDifference:
-    """A policy against a reference on the same orders: mean of ``x_i − x_i^ref``.
-
-    Attributes:
-        value: mean paired difference (bps).
-        low, high: its percentile-bootstrap confidence interval (``nan`` without one).
-        win_rate: share of orders with ``x_i > x_i^ref``, in ``[0, 1]``.
-    """
+class Estimate:
+    """A point estimate with a confidence interval ``[low, high]`` (``nan`` when unavailable)."""
 
     value: float
     low: float
     high: float
-    win_rate: float
 
     def to_dict(self) -> dict[str, float | None]:
-        """``{"value", "ci_low", "ci_high", "win_rate"}`` (non-finite floats -> ``None``)."""
+        """``{"value", "ci_low", "ci_high"}`` with non-finite floats mapped to ``None``."""
         return {
             "value": _json_float(self.value),
             "ci_low": _json_float(self.low),
             "ci_high": _json_float(self.high),
-            "win_rate": _json_float(self.win_rate),
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference(Estimate):
+    """A policy against a reference on the same orders: the mean of ``x_i − x_i^ref``
+    (``value``, bps) with its percentile-bootstrap interval ``[low, high]`` (``nan``
+    without one), and ``win_rate``, the share of orders with ``x_i > x_i^ref`` in
+    ``[0, 1]``."""
+
+    win_rate: float
+
+    def to_dict(self) -> dict[str, float | None]:
+        """``{"value", "ci_low", "ci_high", "win_rate"}`` (non-finite floats -> ``None``)."""
+        return {**super().to_dict(), "win_rate": _json_float(self.win_rate)}
 
 
 def paired_difference(
@@ -408,23 +414,6 @@ def paired_difference(
         ]
         low, high = _percentile_interval(np.concatenate(means), confidence)
     return PairedDifference(float(diff.mean()), low, high, float((diff > 0).mean()))
-
-
-@dataclasses.dataclass(frozen=True)
-class Estimate:
-    """A point estimate with a confidence interval ``[low, high]`` (``nan`` when unavailable)."""
-
-    value: float
-    low: float
-    high: float
-
-    def to_dict(self) -> dict[str, float | None]:
-        """``{"value", "ci_low", "ci_high"}`` with non-finite floats mapped to ``None``."""
-        return {
-            "value": _json_float(self.value),
-            "ci_low": _json_float(self.low),
-            "ci_high": _json_float(self.high),
-        }
 
 
 @dataclasses.dataclass(frozen=True)

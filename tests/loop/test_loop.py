@@ -20,6 +20,7 @@ from llm.validate import Limits, SandboxError
 from serl_jax import evaluate, train
 from serl_jax.config import load_config
 from serl_jax.loop import Candidate, IterationSummary, RunStore, SERLLoop, evaluation
+from serl_jax.loop.outer import paired_with_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "llm" / "programs"
@@ -162,6 +163,36 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
     assert (run_dir / "loop_progress.png").stat().st_size > 1000
     pas = [s.pa for s in store.iterations()]
     assert pas[0] == store.candidates(0)[0].score
+    # every evaluated candidate is paired with j0-default on the same validation orders
+    reference = store.candidates(0)[0]
+    for cand in evaluated:
+        if cand.id == "j0-default":
+            assert "vs_default" not in cand.metrics
+            continue
+        paired = cand.metrics["vs_default"]["pa"]
+        diffs = [
+            a - b
+            for a, b in zip(
+                cand.metrics["pa_per_order"], reference.metrics["pa_per_order"], strict=True
+            )
+        ]  # noqa: E501
+        assert paired["value"] == pytest.approx(sum(diffs) / len(diffs))
+        assert paired["ci_low"] <= paired["value"] <= paired["ci_high"]
+    test_pair = report["best_vs_default"]["test"]
+    assert set(test_pair) == {"pa", "shortfall"}
+    test_pa = report["test"]
+    expected = test_pa[f"SE-RL {best.id}"]["PA"]["value"] - test_pa["PPO default"]["PA"]["value"]
+    assert test_pair["pa"]["value"] == pytest.approx(expected, abs=1e-9)
+    assert "minus the default PPO on the same orders" in md
+
+
+def test_paired_with_reference_by_hand():
+    ours = {"pa_per_order": [1.0, 2.0, 3.0], "shortfall_per_order": [-1.0, -2.0, -1.0]}
+    ref = {"pa_per_order": [0.0, 3.0, 1.0], "shortfall_per_order": [-2.0, -2.0, -2.0]}
+    paired = paired_with_reference(ours, ref)
+    assert paired["pa"]["value"] == pytest.approx(2 / 3) and paired["pa"]["win_rate"] == 2 / 3
+    assert paired["shortfall"]["value"] == pytest.approx(2 / 3)
+    assert paired_with_reference({"pa": 1.0}, ref) is None  # a record without per-order values
 
 
 def test_resume_refuses_new_options(resumed_run, capsys):
