@@ -45,7 +45,6 @@ from llm.validate import load_validated
 from serl_jax.config import Config, apply_overrides, config_from_dict, load_config
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData, trend_market
-from serl_jax.evaluation import Rollout
 from serl_jax.experiment import (
     ORACLE,
     TWAP,
@@ -54,7 +53,7 @@ from serl_jax.experiment import (
     load_splits,
     train_policy,
 )
-from serl_jax.metrics import PairedDifference, paired_difference, price_advantage, shortfall
+from serl_jax.metrics import PairedDifference, paired_difference, price_advantage
 from serl_jax.rl.policy import make_ppo_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,23 +87,11 @@ def _reward(name: str | None):
 
 
 def _ppo(cfg: Config, env: ExecutionEnv, train, val):
+    """Trains PPO (seed chosen on ``val``): ``(policy_fn, policy_params)``."""
     trained = train_policy(cfg, env, train, val, progress=False)
-    policy = make_ppo_policy(
-        trained.network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior()
-    )
-    return (policy, trained.policy_params), trained
-
-
-def _paired(result: Rollout, twap: Rollout, side: float) -> tuple[PairedDifference, ...]:
-    ours, ref = result.outcomes(side), twap.outcomes(side)
-    return (
-        paired_difference(price_advantage(ours), price_advantage(ref)),
-        paired_difference(shortfall(ours), shortfall(ref)),
-    )
-
-
-def _evaluate(cfg: Config, env: ExecutionEnv, params, policies) -> dict[str, Rollout]:
-    return {name: r for name, (_, r) in evaluate_policies(cfg, env, params, policies).items()}
+    prior = cfg.network.prior()
+    policy = make_ppo_policy(trained.network, cfg.ppo.normalize_obs, action_prior=prior)
+    return policy, trained.policy_params
 
 
 def rung_a(cfg: Config) -> list[str]:
@@ -122,9 +109,9 @@ def rung_a(cfg: Config) -> list[str]:
     params = cfg.env_params(data)
     env = ExecutionEnv()
     t0 = time.perf_counter()
-    ppo, _ = _ppo(cfg, env, params, params)
-    rollouts = _evaluate(cfg, env, params, {"PPO": ppo, TWAP: baseline_policies(cfg)[TWAP]})
-    pa, cost = _paired(rollouts["PPO"], rollouts[TWAP], float(params.side))
+    ppo = _ppo(cfg, env, params, params)
+    metrics, _ = evaluate_policies(cfg, env, params, {"PPO": ppo})["PPO"]
+    pa, cost = metrics.vs_TWAP, metrics.shortfall_vs_TWAP
     return [
         f"(a) synthetic uptrend ({n_slots} min, +5 bps/min, 8 identical days) | "
         f"PPO-TWAP PA {_cell(pa)} | "
@@ -143,7 +130,7 @@ def rung_real(cfg: Config, market: str, leak: bool) -> list[str]:
     }
     env = ExecutionEnv()
     t0 = time.perf_counter()
-    ppo, _ = _ppo(cfg, env, params["train"], params["val"])
+    ppo = _ppo(cfg, env, params["train"], params["val"])
     seconds = time.perf_counter() - t0
     policies = {"PPO": ppo, **baseline_policies(cfg)}
     side = float(params["val"].side)
@@ -151,27 +138,30 @@ def rung_real(cfg: Config, market: str, leak: bool) -> list[str]:
     lines = []
     best_baseline = None
     for split in ("val", "test"):
-        rollouts = _evaluate(cfg, env, params[split], policies)
-        twap = rollouts[TWAP]
-        pa, cost = _paired(rollouts["PPO"], twap, side)
-        oracle_pa, oracle_cost = _paired(rollouts[ORACLE], twap, side)
+        results = evaluate_policies(cfg, env, params[split], policies)
+        ppo_metrics = results["PPO"][0]
+        pa, cost = ppo_metrics.vs_TWAP, ppo_metrics.shortfall_vs_TWAP
+        oracle_pa, oracle_cost = (
+            results[ORACLE][0].vs_TWAP,
+            results[ORACLE][0].shortfall_vs_TWAP,
+        )
         share = cost.value / oracle_cost.value if oracle_cost.value > 0 else float("nan")
         line = (
-            f"{rungs} {splits.name:8s} {split:4s} n={len(price_advantage(twap.outcomes(side))):3d} "
+            f"{rungs} {splits.name:8s} {split:4s} n={ppo_metrics.n_orders:3d} "
             f"| PPO-TWAP PA {_cell(pa)} won {pa.win_rate:4.0%} | shortfall {_cell(cost)} "
             f"| oracle PA {oracle_pa.value:+6.2f} shortfall {oracle_cost.value:+5.2f} "
             f"| share of oracle's shortfall edge {share:5.1%}"
         )
         if not leak:
-            baselines = [n for n in rollouts if n not in ("PPO", ORACLE, "Immediate")]
+            baselines = [n for n in results if n not in ("PPO", ORACLE, "Immediate")]
             if split == "val":  # the best baseline is chosen on validation days
-                best_baseline = max(
-                    baselines,
-                    key=lambda n: price_advantage(rollouts[n].outcomes(side)).mean(),
-                )
+                best_baseline = max(baselines, key=lambda n: results[n][0].PA.value)
             line += f" | best baseline on validation days: {best_baseline}"
             if best_baseline != TWAP:
-                vs_best, _ = _paired(rollouts["PPO"], rollouts[best_baseline], side)
+                vs_best = paired_difference(
+                    price_advantage(results["PPO"][1].outcomes(side)),
+                    price_advantage(results[best_baseline][1].outcomes(side)),
+                )
                 line += f", PPO-{best_baseline} PA {_cell(vs_best)}"
         lines.append(line)
     lines.append(
@@ -185,12 +175,13 @@ def with_overrides(cfg: Config, overrides: list[str]) -> Config:
     return config_from_dict(apply_overrides(cfg.to_dict(), overrides))
 
 
-def ablation(cfg: Config, markets: list[str]) -> list[str]:
-    """Each configuration of :data:`ABLATION` on validation days, with and without the leak."""
-    lines = [
+def ablation(cfg: Config, markets: list[str]) -> None:
+    """Prints each configuration of :data:`ABLATION` on validation days, with and without
+    the leak."""
+    print(
         f"{'configuration':48s} {'market':8s} {'obs':6s} | {'PPO-TWAP PA (val)':28s} "
         f"| {'shortfall (val)':24s} | time"
-    ]
+    )
     for label, overrides, reward_name in ABLATION:
         env = ExecutionEnv(_reward(reward_name)) if reward_name else ExecutionEnv()
         for market in markets:
@@ -201,18 +192,15 @@ def ablation(cfg: Config, markets: list[str]) -> list[str]:
                 train = run_cfg.env_params(MarketData.from_episodes(splits.train))
                 val = run_cfg.env_params(MarketData.from_episodes(splits.val))
                 t0 = time.perf_counter()
-                ppo, _ = _ppo(run_cfg, env, train, val)
+                ppo = _ppo(run_cfg, env, train, val)
                 seconds = time.perf_counter() - t0
-                rollouts = _evaluate(
-                    run_cfg, env, val, {"PPO": ppo, TWAP: baseline_policies(run_cfg)[TWAP]}
-                )
-                pa, cost = _paired(rollouts["PPO"], rollouts[TWAP], float(val.side))
-                lines.append(
+                metrics, _ = evaluate_policies(run_cfg, env, val, {"PPO": ppo})["PPO"]
+                pa, cost = metrics.vs_TWAP, metrics.shortfall_vs_TWAP
+                print(
                     f"{label:48s} {splits.name:8s} {'leak' if leak else 'honest':6s} "
-                    f"| {_cell(pa)} won {pa.win_rate:4.0%} | {_cell(cost)} | {seconds:.0f} s"
+                    f"| {_cell(pa)} won {pa.win_rate:4.0%} | {_cell(cost)} | {seconds:.0f} s",
+                    flush=True,
                 )
-                print(lines[-1], flush=True)
-    return lines
 
 
 def main() -> None:

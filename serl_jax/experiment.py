@@ -275,22 +275,20 @@ def _seed_rollout(batched: Rollout, seed: int) -> Rollout:
     return jax.tree.map(lambda x: x[seed], batched)
 
 
-def baseline_policies(cfg: Config, oracle: bool = True) -> dict[str, tuple[Any, Any]]:
+def baseline_policies(cfg: Config) -> dict[str, tuple[Any, Any]]:
     """The baselines as ``{name: (policy_fn, policy_params)}``: TWAP, VWAP, adaptive VWAP,
-    POV, Almgren–Chriss, Immediate and (with ``oracle``) the hindsight oracle, which bounds
+    POV, Almgren–Chriss, Immediate and the hindsight oracle (:data:`ORACLE`), which bounds
     the static market's execution shortfall only (leave it out in the dynamic market, whose
     volumes are simulated)."""
-    policies = {
+    return {
         TWAP: (twap_policy, None),
         "VWAP": (vwap_policy, None),
         "adaptive VWAP": (adaptive_vwap_policy, None),
         "POV": (pov_policy, None),
         "AC": (almgren_chriss_policy, jnp.float32(cfg.eval.ac_risk_aversion)),
         "Immediate": (immediate_policy, None),
+        ORACLE: (oracle_policy, None),
     }
-    if oracle:
-        policies[ORACLE] = (oracle_policy, None)
-    return policies
 
 
 def evaluate_policies(

@@ -5,8 +5,7 @@ episode (float32 scalar in [0, 1], the fraction of the remaining inventory to tr
 :func:`serl_jax.evaluation.rollout` vmaps it over episodes. Baselines read the
 ``EnvState`` (their schedules need the window and step) and ignore the observation; each
 tracks its target remaining fraction and catches up when the participation cap held it
-back (:func:`serl_jax.baselines.schedules.action_from_target`), except the adaptive VWAP,
-which re-plans the remaining inventory every step.
+back (:func:`serl_jax.baselines.schedules.action_from_target`).
 
 The volume-driven baselines (POV, adaptive VWAP) see only the minutes before the current
 one, as the agent does; the oracle sees the whole day and is not achievable.

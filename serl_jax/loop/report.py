@@ -18,9 +18,9 @@ from serl_jax.data import MarketSplits
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import baseline_policies, evaluate_policies
-from serl_jax.loop.outer import REFERENCE_ID, LoopOutcome
+from serl_jax.loop.outer import REFERENCE_ID, LoopOutcome, paired_with_reference
 from serl_jax.loop.store import Candidate, RunStore
-from serl_jax.metrics import format_table, paired_difference, price_advantage, shortfall
+from serl_jax.metrics import format_table, price_advantage, shortfall
 from serl_jax.plots import plot_loop_progress
 from serl_jax.rl.checkpoint import load_policy
 from serl_jax.rl.policy import make_ppo_policy
@@ -56,13 +56,17 @@ def _best_vs_default(best: Candidate, best_rollout, default_rollout, side: float
     """The best candidate minus the default PPO on the same orders: ``{"validation",
     "test"}`` -> ``{"pa", "shortfall"}`` -> ``{"value", "ci_low", "ci_high", "win_rate"}``
     (bps; validation None when the best is the default itself or lacks per-order values)."""
-    ours, theirs = best_rollout.outcomes(side), default_rollout.outcomes(side)
+
+    def per_order(rollout) -> dict[str, list[float]]:
+        outcomes = rollout.outcomes(side)
+        return {
+            "pa_per_order": price_advantage(outcomes).tolist(),
+            "shortfall_per_order": shortfall(outcomes).tolist(),
+        }
+
     return {
         "validation": None if best.id == REFERENCE_ID else (best.metrics or {}).get("vs_default"),
-        "test": {
-            "pa": paired_difference(price_advantage(ours), price_advantage(theirs)).to_dict(),
-            "shortfall": paired_difference(shortfall(ours), shortfall(theirs)).to_dict(),
-        },
+        "test": paired_with_reference(per_order(best_rollout), per_order(default_rollout)),
     }
 
 

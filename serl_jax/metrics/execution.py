@@ -173,7 +173,6 @@ class OrderOutcomes:
         shares: Any,
         cash: Any,
         benchmark: Any,
-        replayed_cash: Any = None,
     ) -> OrderOutcomes:
         """Builds outcomes from per-step fills, e.g. an environment rollout's ``info``.
 
@@ -183,12 +182,10 @@ class OrderOutcomes:
             shares: ``[n, T]`` shares executed at each step.
             cash: ``[n, T]`` cash value ``q · p_exec`` of each step's fill.
             benchmark: ``[n]`` or scalar benchmark price per share.
-            replayed_cash: optional ``[n, T]`` value ``q · p_t`` of each step's fill at the
-                replayed price of its minute.
 
         Returns:
-            ``OrderOutcomes`` with ``executed = shares.sum(-1)``, ``notional = cash.sum(-1)``
-            and ``replayed_notional = replayed_cash.sum(-1)`` (summed in float64).
+            ``OrderOutcomes`` with ``executed = shares.sum(-1)`` and ``notional = cash.sum(-1)``
+            (summed in float64).
         """
         shares = np.asarray(shares, dtype=np.float64)
         cash = np.asarray(cash, dtype=np.float64)
@@ -197,14 +194,6 @@ class OrderOutcomes:
                 f"OrderOutcomes.from_fills: shares and cash must both be [n, T], got "
                 f"{shares.shape} and {cash.shape}"
             )
-        if replayed_cash is not None:
-            replayed_cash = np.asarray(replayed_cash, dtype=np.float64)
-            if replayed_cash.shape != shares.shape:
-                raise ValueError(
-                    f"OrderOutcomes.from_fills: replayed_cash must be {shares.shape} like "
-                    f"shares, got {replayed_cash.shape}"
-                )
-            replayed_cash = replayed_cash.sum(axis=-1)
         n = shares.shape[0]
 
         def _vec(name: str, x: Any) -> np.ndarray:
@@ -223,7 +212,6 @@ class OrderOutcomes:
             executed=shares.sum(axis=-1),
             notional=cash.sum(axis=-1),
             benchmark=_vec("benchmark", benchmark),
-            replayed_notional=replayed_cash,
         )
 
 
