@@ -11,13 +11,19 @@ Rungs (``--rungs``, default ``abc``):
 (a) a synthetic market with a known trend (+5 bps a minute, constant volume): a seller
     that learns waits; PPO must beat TWAP by tens of bps;
 (b) real days with ``env.diagnostic_volume_leak`` (the current minute's true volume in
-    the observation, a deliberate leak): PPO must recover part of the hindsight oracle's
-    edge (the oracle knows every minute's volume, the leak only the current one);
-(c) real days, honest observations: PPO against TWAP and the best of TWAP, VWAP,
-    adaptive VWAP, POV and Almgren–Chriss on validation days.
+    the observation, a deliberate leak) and fixed-size child orders: PPO must recover part
+    of the hindsight oracle's edge (the oracle knows every minute's volume, the leak only
+    the current one);
+(c) real days, honest observations, the preset's child orders (participation by
+    default): PPO against TWAP and the best of TWAP, VWAP, adaptive VWAP, POV and
+    Almgren–Chriss on validation days, and against its own starting point, the action
+    prior alone (what training added).
 
 Rungs (b) and (c) train on the training days, select the seed on validation days and
 report validation and test days; test days only report.
+
+``--heldout`` holds each symbol out of training in turn and scores PPO on every day of
+it (stocks the policy has never seen).
 
 ``--ablation`` trains each configuration of :data:`ABLATION` (the fixes of the learning
 issue, one at a time, on top of the old defaults) with and without the leak and prints the
@@ -28,6 +34,8 @@ ablation at the default preset)::
 
     python benchmarks/bench_learning.py                    # the ladder, configs/default.yaml
     python benchmarks/bench_learning.py --ablation
+    python benchmarks/bench_learning.py --ablation --only participation   # some rows
+    python benchmarks/bench_learning.py --heldout
     python benchmarks/bench_learning.py --config configs/gpu.yaml   # on an accelerator
 """
 
@@ -38,11 +46,14 @@ import os
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
 from bench_env import machine_description
 
 from llm.designs import library
 from llm.validate import load_validated
 from serl_jax.config import Config, apply_overrides, config_from_dict, load_config
+from serl_jax.data import build_episodes, fit_stats, load_minute_bars, split_days
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData, trend_market
 from serl_jax.experiment import (
@@ -51,27 +62,37 @@ from serl_jax.experiment import (
     baseline_policies,
     evaluate_policies,
     load_splits,
+    resolve_market_path,
     train_policy,
 )
-from serl_jax.metrics import PairedDifference, paired_difference, price_advantage
+from serl_jax.metrics import PairedDifference, paired_difference, price_advantage, shortfall
 from serl_jax.rl.policy import make_ppo_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_DEFAULTS = ["ppo.group_size=1", "ppo.gae_lambda=0.95", "network.prior_anchor_steps=0"]
+FIXED = ["env.child_quantity=fixed"]  # the child order before participation orders
 # (label, overrides, reward program of the design library or None for the default)
 ABLATION: tuple[tuple[str, list[str], str | None], ...] = (
-    ("old defaults (G=1, λ=0.95, one-step tracking)", OLD_DEFAULTS, None),
-    ("+ sibling lanes G=8", ["ppo.group_size=8", *OLD_DEFAULTS[1:]], None),
-    ("+ GAE λ=0.99", ["ppo.group_size=8", "ppo.gae_lambda=0.99", OLD_DEFAULTS[2]], None),
-    ("+ anchored prior k=5 (new default)", [], None),
-    ("new default, G=4", ["ppo.group_size=4"], None),
-    ("new default, G=16", ["ppo.group_size=16"], None),
-    ("new default, anchor k=2", ["network.prior_anchor_steps=2"], None),
-    ("new default, anchor k=10", ["network.prior_anchor_steps=10"], None),
-    ("new default, λ=0.95", ["ppo.gae_lambda=0.95"], None),
-    ("new default, lr 1e-3", ["ppo.lr=0.001"], None),
-    ("new default + replayed_shortfall reward", [], "replayed_shortfall"),
-    ("old defaults + replayed_shortfall reward", OLD_DEFAULTS, "replayed_shortfall"),
+    ("old defaults (G=1, λ=0.95, one-step tracking)", [*OLD_DEFAULTS, *FIXED], None),
+    ("+ sibling lanes G=8", ["ppo.group_size=8", *OLD_DEFAULTS[1:], *FIXED], None),
+    (
+        "+ GAE λ=0.99",
+        ["ppo.group_size=8", "ppo.gae_lambda=0.99", OLD_DEFAULTS[2], *FIXED],
+        None,
+    ),
+    ("+ anchored prior k=5", FIXED, None),
+    ("anchored prior, G=4", ["ppo.group_size=4", *FIXED], None),
+    ("anchored prior, G=16", ["ppo.group_size=16", *FIXED], None),
+    ("anchored prior, k=2", ["network.prior_anchor_steps=2", *FIXED], None),
+    ("anchored prior, k=10", ["network.prior_anchor_steps=10", *FIXED], None),
+    ("anchored prior, λ=0.95", ["ppo.gae_lambda=0.95", *FIXED], None),
+    ("anchored prior, lr 1e-3", ["ppo.lr=0.001", *FIXED], None),
+    ("anchored prior + replayed_shortfall reward", FIXED, "replayed_shortfall"),
+    ("old defaults + replayed_shortfall reward", [*OLD_DEFAULTS, *FIXED], "replayed_shortfall"),
+    ("+ participation child orders (new default)", [], None),
+    ("participation, k=2", ["network.prior_anchor_steps=2"], None),
+    ("participation, k=10", ["network.prior_anchor_steps=10"], None),
+    ("participation, k=20", ["network.prior_anchor_steps=20"], None),
 )
 
 
@@ -92,6 +113,20 @@ def _ppo(cfg: Config, env: ExecutionEnv, train, val):
     prior = cfg.network.prior()
     policy = make_ppo_policy(trained.network, cfg.ppo.normalize_obs, action_prior=prior)
     return policy, trained.policy_params
+
+
+PRIOR = "prior alone"
+
+
+def _prior_policy(cfg: Config):
+    """PPO's starting point: the action prior alone (``sigmoid`` of its logit), with the
+    run's child orders; the paired difference PPO − prior is what training added."""
+    prior = cfg.network.prior()
+
+    def policy(policy_params, key, obs, state, env_params):
+        return jax.nn.sigmoid(prior(obs))
+
+    return policy
 
 
 def rung_a(cfg: Config) -> list[str]:
@@ -121,8 +156,8 @@ def rung_a(cfg: Config) -> list[str]:
 
 def rung_real(cfg: Config, market: str, leak: bool) -> list[str]:
     """Rungs (b) (``leak``) and (c) on one market: PPO and the baselines, paired with TWAP."""
-    if leak:
-        cfg = with_overrides(cfg, ["env.diagnostic_volume_leak=true"])
+    if leak:  # fixed-size child orders: the rung measures what the learner finds
+        cfg = with_overrides(cfg, ["env.diagnostic_volume_leak=true", *FIXED])
     splits = load_splits(cfg, market)
     params = {
         s: cfg.env_params(MarketData.from_episodes(splits.split(s)))
@@ -132,7 +167,7 @@ def rung_real(cfg: Config, market: str, leak: bool) -> list[str]:
     t0 = time.perf_counter()
     ppo = _ppo(cfg, env, params["train"], params["val"])
     seconds = time.perf_counter() - t0
-    policies = {"PPO": ppo, **baseline_policies(cfg)}
+    policies = {"PPO": ppo, PRIOR: (_prior_policy(cfg), None), **baseline_policies(cfg)}
     side = float(params["val"].side)
     rungs = "(b) leak " if leak else "(c) honest"
     lines = []
@@ -146,14 +181,19 @@ def rung_real(cfg: Config, market: str, leak: bool) -> list[str]:
             results[ORACLE][0].shortfall_vs_TWAP,
         )
         share = cost.value / oracle_cost.value if oracle_cost.value > 0 else float("nan")
+        learned = paired_difference(
+            shortfall(results["PPO"][1].outcomes(side)),
+            shortfall(results[PRIOR][1].outcomes(side)),
+        )
         line = (
             f"{rungs} {splits.name:8s} {split:4s} n={ppo_metrics.n_orders:3d} "
             f"| PPO-TWAP PA {_cell(pa)} won {pa.win_rate:4.0%} | shortfall {_cell(cost)} "
             f"| oracle PA {oracle_pa.value:+6.2f} shortfall {oracle_cost.value:+5.2f} "
-            f"| share of oracle's shortfall edge {share:5.1%}"
+            f"| share of oracle's shortfall edge {share:5.1%} "
+            f"| PPO-prior shortfall {_cell(learned)}"
         )
         if not leak:
-            baselines = [n for n in results if n not in ("PPO", ORACLE, "Immediate")]
+            baselines = [n for n in results if n not in ("PPO", PRIOR, ORACLE, "Immediate")]
             if split == "val":  # the best baseline is chosen on validation days
                 best_baseline = max(baselines, key=lambda n: results[n][0].PA.value)
             line += f" | best baseline on validation days: {best_baseline}"
@@ -175,14 +215,16 @@ def with_overrides(cfg: Config, overrides: list[str]) -> Config:
     return config_from_dict(apply_overrides(cfg.to_dict(), overrides))
 
 
-def ablation(cfg: Config, markets: list[str]) -> None:
-    """Prints each configuration of :data:`ABLATION` on validation days, with and without
-    the leak."""
+def ablation(cfg: Config, markets: list[str], only: str = "") -> None:
+    """Prints each configuration of :data:`ABLATION` whose label contains ``only`` on
+    validation days, with and without the leak."""
     print(
         f"{'configuration':48s} {'market':8s} {'obs':6s} | {'PPO-TWAP PA (val)':28s} "
         f"| {'shortfall (val)':24s} | time"
     )
     for label, overrides, reward_name in ABLATION:
+        if only not in label:
+            continue
         env = ExecutionEnv(_reward(reward_name)) if reward_name else ExecutionEnv()
         for market in markets:
             for leak in (False, True):
@@ -203,12 +245,80 @@ def ablation(cfg: Config, markets: list[str]) -> None:
                 )
 
 
+def _episodes(cfg: Config, bars, symbols):
+    """``(splits by name, training stats)`` of ``bars`` restricted to ``symbols``, as
+    :func:`serl_jax.data.load_market` builds them (stats from the training days)."""
+    frame = bars.frame[bars.frame["symbol"].isin(symbols)]
+    parts = split_days(bars.with_frame(frame), train=cfg.data.train, val=cfg.data.val)
+    stats = fit_stats(parts["train"], vol_window=cfg.data.vol_window)
+    return {name: build_episodes(part, stats) for name, part in parts.items()}, stats
+
+
+def heldout(cfg: Config, markets: list[str]) -> None:
+    """Leave one symbol out: PPO trains on the other symbols (seed chosen on their
+    validation days) and is scored on every day of the held-out symbol, whose profile and
+    feature statistics come from its own first ``data.train`` days, as
+    ``python -m serl_jax.evaluate --split all`` on a user's own stock does. The last line
+    per market pools every held-out order (orders resampled independently)."""
+    print(f"{'held out':10s} {'orders':>6s} | {'PPO-TWAP PA':33s} | {'shortfall':24s} | time")
+    env = ExecutionEnv()
+    for market in markets:
+        d = cfg.data
+        bars = load_minute_bars(
+            resolve_market_path(market),
+            min_bars_per_day=d.min_bars_per_day,
+            short_days=d.short_days,
+        )
+        pooled = {"PPO": ([], []), TWAP: ([], [])}  # (PA per order, shortfall per order)
+        for symbol in bars.symbols:
+            others, _ = _episodes(cfg, bars, [s for s in bars.symbols if s != symbol])
+            t0 = time.perf_counter()
+            ppo = _ppo(
+                cfg,
+                env,
+                cfg.env_params(MarketData.from_episodes(others["train"])),
+                cfg.env_params(MarketData.from_episodes(others["val"])),
+            )
+            frame = bars.frame[bars.frame["symbol"] == symbol]
+            _, stats = _episodes(cfg, bars, [symbol])
+            every_day = build_episodes(bars.with_frame(frame), stats)
+            params = cfg.env_params(MarketData.from_episodes(every_day))
+            results = evaluate_policies(
+                cfg, env, params, {"PPO": ppo, TWAP: baseline_policies(cfg)[TWAP]}
+            )
+            for name, (pa, cost) in pooled.items():
+                outcomes = results[name][1].outcomes(float(params.side))
+                pa.append(price_advantage(outcomes))
+                cost.append(shortfall(outcomes))
+            metrics = results["PPO"][0]
+            pa, cost = metrics.vs_TWAP, metrics.shortfall_vs_TWAP
+            print(
+                f"{symbol:10s} {metrics.n_orders:6d} | {_cell(pa)} won {pa.win_rate:4.0%} "
+                f"| {_cell(cost)} | {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
+        (ppo_pa, ppo_cost), (twap_pa, twap_cost) = (
+            [np.concatenate(x) for x in pooled[name]] for name in ("PPO", TWAP)
+        )
+        pa = paired_difference(ppo_pa, twap_pa)
+        cost = paired_difference(ppo_cost, twap_cost)
+        print(
+            f"{'all ' + bars.name:10s} {ppo_pa.size:6d} | {_cell(pa)} won {pa.win_rate:4.0%} "
+            f"| {_cell(cost)} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "default.yaml"))
     parser.add_argument("--markets", default="sample:cn_1min,sample:us_1min")
     parser.add_argument("--rungs", default="abc", help="any of a, b, c")
     parser.add_argument("--ablation", action="store_true", help="the ablation table instead")
+    parser.add_argument("--only", default="", help="ablation rows whose label contains this")
+    parser.add_argument(
+        "--heldout", action="store_true", help="leave-one-symbol-out evaluation instead"
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
@@ -219,12 +329,14 @@ def main() -> None:
         f"{cfg.ppo.num_updates} updates of "
         f"{cfg.ppo.num_envs} x {cfg.ppo.num_steps} steps, {cfg.run.num_seeds} seeds, "
         f"group {cfg.ppo.group_size}, λ {cfg.ppo.gae_lambda}, "
-        f"anchor {cfg.network.prior_anchor_steps}"
+        f"anchor {cfg.network.prior_anchor_steps}, child orders {cfg.env['child_quantity']}"
     )
     print("paired differences on the same orders, bps, [95% bootstrap interval]\n")
     t0 = time.perf_counter()
     if args.ablation:
-        ablation(cfg, markets)
+        ablation(cfg, markets, args.only)
+    elif args.heldout:
+        heldout(cfg, markets)
     else:
         if "a" in args.rungs:
             print("\n".join(rung_a(cfg)), flush=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from serl_jax.envs.execution import EnvParams, twap_action_prior
+from serl_jax.envs.execution import CHILD_QUANTITIES, EnvParams, twap_action_prior
 from serl_jax.rl.hybrid import HybridConfig
 from serl_jax.rl.ppo import ActionPrior, PPOConfig, no_action_prior
 
@@ -287,7 +287,13 @@ class MarketConfig:
         )
 
 
-ENV_FIELDS = {f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"}
+# The env section's defaults are EnvParams' but one: a run's learned policies send
+# participation child orders (README "Learning on real bars"); EnvParams keeps the plain
+# fixed-size child order, the one the baselines are defined with.
+ENV_FIELDS = {
+    **{f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"},
+    "child_quantity": "participation",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,6 +402,10 @@ def _check_env(env: Mapping[str, Any]) -> None:
         raise ConfigError("env.quantity_high: must be >= env.quantity_low")
     if env["min_window_len"] < 1:
         raise ConfigError(f"env.min_window_len: must be >= 1, got {env['min_window_len']}")
+    if env["child_quantity"] not in CHILD_QUANTITIES:
+        raise ConfigError(
+            f"env.child_quantity: expected one of {CHILD_QUANTITIES}, got {env['child_quantity']!r}"
+        )
 
 
 _SECTIONS = {

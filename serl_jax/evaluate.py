@@ -133,6 +133,14 @@ def _evaluate(args: argparse.Namespace) -> int:
                 "(env.lookback or the features differ)"
             )
         saved = meta["config"]
+        # Checkpoints written before participation child orders sent fixed-size ones.
+        trained_with = saved["env"].get("child_quantity", "fixed")
+        if trained_with != env_params.child_quantity:
+            raise CheckpointError(
+                f"{spec}: policy trained with env.child_quantity={trained_with}, this "
+                f"evaluation uses {env_params.child_quantity} (pass "
+                f"env.child_quantity={trained_with})"
+            )
         # Checkpoints written before the anchored prior used one-step tracking.
         network_cfg = {"prior_anchor_steps": 0.0, **saved["network"]}
         policy = make_ppo_policy(

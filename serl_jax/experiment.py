@@ -20,6 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from serl_jax.baselines import (
+    FIXED_SIZE_POLICIES,
     adaptive_vwap_policy,
     almgren_chriss_policy,
     immediate_policy,
@@ -315,7 +316,14 @@ def evaluate_policies(
     side = float(env_params.side)
 
     def run(policy, params) -> Rollout:
-        return jax.device_get(rollout(env, policy, params, env_params, jax.random.PRNGKey(0)))
+        # the baselines are defined by fixed-size child orders, whatever the learned
+        # policies' env.child_quantity
+        order_params = (
+            env_params.replace(child_quantity="fixed")
+            if policy in FIXED_SIZE_POLICIES
+            else env_params
+        )
+        return jax.device_get(rollout(env, policy, params, order_params, jax.random.PRNGKey(0)))
 
     rollouts = {name: run(policy, params) for name, (policy, params) in policies.items()}
     twap_outcomes = (rollouts[TWAP] if TWAP in rollouts else run(twap_policy, None)).outcomes(side)

@@ -144,6 +144,18 @@ def test_evaluate_checkpoint_and_baselines_as_json(tiny_run, capsys):
     )
 
 
+def test_evaluate_refuses_a_checkpoint_with_other_child_orders(tiny_run, capsys):
+    """The action means a different child order under another env.child_quantity."""
+    checkpoint = str(tiny_run / "us_1min" / "checkpoint")
+    code = evaluate.main(
+        ["--data", "sample:us_1min", "--policy", checkpoint, "env.child_quantity=fixed"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "trained with env.child_quantity=participation" in err
+    assert "\n" not in err.strip()
+
+
 def test_evaluate_split_all_counts_every_day(capsys):
     assert (
         evaluate.main(["--data", "sample:us_1min", "--split", "all", "--policy", "vwap", "--json"])

@@ -31,6 +31,7 @@ def test_overrides_are_typed_and_applied():
         ("ppo.num_envs=abc", "ppo.num_envs: expected an integer"),
         ("env.benchmark=close", "env.benchmark: expected 'vwap' or 'twap'"),
         ("env.side=0", "env.side: expected 1 (sell) or -1 (buy)"),
+        ("env.child_quantity=pov", "env.child_quantity: expected one of"),
         ("bogus.key=1", "bogus: unknown section"),
         ("ppo.num_minibatches=7", "ppo.num_minibatches=7 must divide"),
         ("novalue", "expected section.key=value"),

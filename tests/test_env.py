@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from serl_jax.baselines import twap_policy
-from serl_jax.envs.execution import EnvParams, ExecutionEnv
+from serl_jax.config import Config
+from serl_jax.envs.execution import EnvParams, ExecutionEnv, minute_volume_forecast
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.reference import NumpyExecutionEnv
 from serl_jax.evaluation import rollout
+from serl_jax.experiment import evaluate_policies
 
 
 def _compare_episode(env, params, data, episode, start, window_len, actions, multiplier=1.0):
@@ -42,8 +44,9 @@ def _compare_episode(env, params, data, episode, start, window_len, actions, mul
         {},
         {"side": -1.0, "benchmark": "twap"},
         {"force_liquidation": False, "participation_cap": 0.05},
+        {"child_quantity": "participation"},
     ],
-    ids=["sell-vwap", "buy-twap", "unfilled-mode"],
+    ids=["sell-vwap", "buy-twap", "unfilled-mode", "participation"],
 )
 def test_matches_numpy_reference_on_real_days(us_market, cn_market, overrides):
     env = ExecutionEnv()
@@ -57,10 +60,11 @@ def test_matches_numpy_reference_on_real_days(us_market, cn_market, overrides):
             _compare_episode(env, params, market.test, int(episode), 0, data.num_slots, actions)
 
 
-def test_matches_reference_on_random_sub_windows(cn_market):
+@pytest.mark.parametrize("child_quantity", ["fixed", "participation"])
+def test_matches_reference_on_random_sub_windows(cn_market, child_quantity):
     env = ExecutionEnv()
     data = MarketData.from_episodes(cn_market.val)
-    params = EnvParams(data=data, lookback=7)
+    params = EnvParams(data=data, lookback=7, child_quantity=child_quantity)
     rng = np.random.default_rng(1)
     for _ in range(3):
         start = int(rng.integers(0, 200))
@@ -249,3 +253,90 @@ def test_last_replayed_price_is_the_minutes_bar(cn_market):
         _, state, *_ = env.step_env(jax.random.PRNGKey(0), state, jnp.float32(0.02), params)
         assert float(state.last_replayed_price) == pytest.approx(float(data.price[3, 10 + t]))
         assert float(state.last_replayed_price) == float(state.last_market_price)
+
+
+def _hand_made_day() -> MarketData:
+    """One day of 4 minutes: volumes 100, 300, 200, 400 against a training profile that
+    expects 100, 200, 300, 400 (1,000 a day); flat price 10."""
+    return MarketData.create(
+        price=np.full((1, 4), 10.0),
+        volume=np.array([[100.0, 300.0, 200.0, 400.0]]),
+        features=np.zeros((1, 4, 1)),
+        volume_profile=np.array([[0.1, 0.2, 0.3, 0.4]]),
+        expected_day_volume=np.array([1000.0]),
+        mean_minute_volume=np.array([250.0]),
+        sigma=np.array([1e-3]),
+    )
+
+
+def test_participation_child_orders_by_hand():
+    """``q = a I v / V̂`` with ``V̂`` the profile times the day's surprise so far."""
+    data = _hand_made_day()
+    params = EnvParams(
+        data=data, order_fraction=0.1, participation_cap=1.0, child_quantity="participation"
+    )
+    # forecasts: slot 0 has no history (surprise 1): 100; slot 1: 200 x 100/100 = 200;
+    # slot 2: 300 x (100 + 300)/(100 + 200) = 400
+    for slot, forecast in ((0, 100.0), (1, 200.0), (2, 400.0)):
+        assert float(minute_volume_forecast(data, 0, slot)) == pytest.approx(forecast)
+    env = ExecutionEnv()
+    state = env.init_state(params, 0, 0, 4)  # Q = 0.1 x 1,000 = 100 shares
+    expected = [
+        (0.25, 25.0),  # 0.25 x 100 at rate 25/100 of 100: as forecast
+        (0.25, 18.75 * 300 / 200),  # 0.25 x 75 at rate 18.75/200 of a busier 300
+        (0.5, 23.4375 * 200 / 400),  # 0.5 x 46.875 at rate 23.4375/400 of a quieter 200
+    ]
+    for action, qty in expected:
+        _, state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, action, params)
+        assert float(info["exec_qty"]) == pytest.approx(qty, rel=1e-6)
+        participation = qty / float(data.volume[0, int(state.time) - 1])
+        cost = 2.0 + 50.0 * participation**0.5
+        assert float(info["exec_price"]) == pytest.approx(10.0 * (1 - cost * 1e-4), rel=1e-6)
+    # the last minute is forced: the remainder trades whatever the action
+    _, state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, 0.0, params)
+    assert float(state.inventory) == 0.0
+    assert float(info["exec_qty"]) == pytest.approx(100.0 - 25.0 - 28.125 - 11.71875, rel=1e-5)
+
+
+def test_participation_never_trades_more_than_held_nor_above_the_cap():
+    data = _hand_made_day()
+    env = ExecutionEnv()
+    capped = EnvParams(
+        data=data, order_fraction=0.1, participation_cap=0.05, child_quantity="participation"
+    )
+    state = env.init_state(capped, 0, 0, 4)
+    _, state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, 1.0, capped)
+    assert float(info["exec_qty"]) == pytest.approx(0.05 * 100.0)
+    uncapped = capped.replace(participation_cap=1.0)
+    state = env.init_state(uncapped, 0, 0, 4)
+    _, state, *_ = env.step_env(jax.random.PRNGKey(0), state, 0.0, uncapped)
+    # slot 1 is 1.5x its forecast: all of the inventory at a = 1 is capped at I_t
+    _, state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, 1.0, uncapped)
+    assert float(info["exec_qty"]) == pytest.approx(100.0)
+    assert float(state.inventory) == 0.0
+
+
+def test_baselines_keep_fixed_child_orders_when_the_learned_policy_participates(cn_market):
+    """Baselines are defined by fixed-size child orders; a learned policy uses the env's."""
+    env = ExecutionEnv()
+    data = MarketData.from_episodes(cn_market.test)
+    fixed = EnvParams(data=data)
+    participating = fixed.replace(child_quantity="participation")
+
+    def constant(policy_params, key, obs, state, params):
+        return jnp.float32(0.01)
+
+    results = evaluate_policies(
+        Config(), env, participating, {"TWAP": (twap_policy, None), "constant": (constant, None)}
+    )
+    key = jax.random.PRNGKey(0)
+    for name, policy, params in (
+        ("TWAP", twap_policy, fixed),
+        ("constant", constant, participating),
+    ):
+        expected = jax.device_get(rollout(env, policy, None, params, key))
+        np.testing.assert_allclose(results[name][1].exec_qty, expected.exec_qty, rtol=1e-6)
+    assert not np.allclose(
+        results["constant"][1].exec_qty,
+        jax.device_get(rollout(env, constant, None, fixed, key)).exec_qty,
+    )

@@ -23,6 +23,7 @@ from serl_jax.rl.policy import make_ppo_policy
 
 SMALL = [
     "env.diagnostic_volume_leak=true",
+    "env.child_quantity=fixed",  # the learner, not the order type, must find the signal
     "run.num_seeds=1",
     "ppo.num_envs=64",
     "ppo.total_timesteps=614400",  # 40 updates of 64 x 240 steps

@@ -2,6 +2,7 @@
 Almgren–Chriss, immediate, and the hindsight oracle (a bound, not achievable)."""
 
 from serl_jax.baselines.policies import (
+    FIXED_SIZE_POLICIES,
     adaptive_vwap_policy,
     almgren_chriss_eta,
     almgren_chriss_policy,
@@ -21,6 +22,7 @@ from serl_jax.baselines.schedules import (
 )
 
 __all__ = [
+    "FIXED_SIZE_POLICIES",
     "action_from_target",
     "adaptive_vwap_policy",
     "almgren_chriss_eta",

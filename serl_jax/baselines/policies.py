@@ -208,3 +208,16 @@ def oracle_policy(policy_params, key: jax.Array, obs, state: EnvState, params: E
     done_after = jnp.where(slots <= state.start + state.time, plan, 0.0).sum()
     target = 1.0 - safe_divide(done_after, state.quantity)
     return action_from_target(_remaining_fraction(state), jnp.clip(target, 0.0, 1.0))
+
+
+# The baselines send fixed-size child orders (``EnvParams.child_quantity="fixed"``): their
+# definitions say how many shares each minute trades.
+FIXED_SIZE_POLICIES = (
+    twap_policy,
+    immediate_policy,
+    vwap_policy,
+    almgren_chriss_policy,
+    pov_policy,
+    adaptive_vwap_policy,
+    oracle_policy,
+)

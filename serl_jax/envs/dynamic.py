@@ -16,7 +16,10 @@ Per step (minute ``s = start + t``):
    limit order at the best quote of its own side (``"passive"``; it keeps price-time
    queue priority until the next step cancels what is left). There is no participation
    cap: the book's depth is the liquidity constraint, and what a market order cannot
-   fill stays in the inventory.
+   fill stays in the inventory. A participation child order
+   (``EnvParams.child_quantity="participation"``) is sent the same way at its expected
+   size ``a_t * I_t``: this market does not yet split it over the minute's rounds in
+   proportion to the simulated volume.
 2. ``rounds_per_minute`` trading rounds of the background populations. The informed
    traders see the fundamental, which is the replayed day: in round ``r`` of minute
    ``s`` it is ``p[s-1] + (r + 1) / R * (p[s] - p[s-1])`` (ticks), the real price the

@@ -18,6 +18,10 @@ fills at slot ``s = start + t``.
 Cost model (per share, in bps of the minute's price ``p_s``, ``v_s`` the minute's volume)::
 
     q_s      = min(a_t * I_t, participation_cap * v_s)            # participation cap
+
+(with ``child_quantity="participation"`` the child order is a percentage-of-volume order:
+``a_t * I_t`` becomes ``min(a_t * I_t * v_s / V̂_s, I_t)``, ``V̂_s`` a forecast of the
+minute's volume from earlier bars, :func:`minute_volume_forecast`)
     cost_bps = half_spread_bps + impact_eta_bps * (q_s / v_s) ** impact_exponent
     p_exec   = p_s * (1 - side * cost_bps * 1e-4)                 # sells get less, buys pay more
 
@@ -48,6 +52,10 @@ from serl_jax.envs.market_data import MarketData
 
 # (T - t)/T, log(T - t), I_t/Q, price move since arrival (percent)
 NUM_PRIVATE_FEATURES = 4
+CHILD_QUANTITIES = ("fixed", "participation")
+# Participation child orders' volume forecast (chosen on validation days, README "Learning
+# on real bars"): the profile rescaled by the day's volume over the last 60 minutes.
+FORECAST_LOOKBACK = 60
 
 
 @struct.dataclass
@@ -82,6 +90,13 @@ class EnvParams:
             learnability ladder (``benchmarks/bench_learning.py``): with it, a policy that
             learns must recover the volume-following part of the oracle's edge. The static
             market only.
+        child_quantity: how a child order's size is set (static), one of
+            :data:`CHILD_QUANTITIES`: ``"fixed"`` trades ``a_t * I_t`` shares;
+            ``"participation"`` sends a percentage-of-volume child order that trades the
+            rate ``a_t * I_t / V̂_s`` of the minute's volume as it prints
+            (:func:`minute_volume_forecast`), so it trades ``a_t * I_t`` shares when the
+            minute's volume is as forecast and more (less) in a busier (quieter) one. The
+            static market only.
     """
 
     data: MarketData
@@ -104,6 +119,7 @@ class EnvParams:
     lookback: int = struct.field(pytree_node=False, default=10)
     benchmark: str = struct.field(pytree_node=False, default="vwap")
     diagnostic_volume_leak: bool = struct.field(pytree_node=False, default=False)
+    child_quantity: str = struct.field(pytree_node=False, default="fixed")
 
 
 @struct.dataclass
@@ -153,6 +169,35 @@ def safe_divide(numerator: jnp.ndarray, denominator: jnp.ndarray) -> jnp.ndarray
     """``numerator / denominator`` where the denominator is positive, else 0."""
     positive = denominator > 0
     return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
+
+
+def minute_volume_forecast(
+    data: MarketData, episode: jnp.ndarray, slot: jnp.ndarray, lookback: int = FORECAST_LOOKBACK
+) -> jnp.ndarray:
+    """Forecast of minute ``slot``'s volume from the bars before it, volume units.
+
+    ``V̂_s = E[V_day] * profile_s * r`` with ``E[V_day]`` and ``profile`` from training
+    days and ``r`` the day's surprise: observed over expected volume in the ``lookback``
+    minutes before ``s`` (all of the day's bars, before and inside the order window),
+    clipped to ``[0.2, 5]``; ``r = 1`` before the first bar. The estimator of the adaptive
+    VWAP baseline's current minute (after Białkowski, Darolles & Le Fol 2008). O(1) from
+    the running sums.
+
+    Args:
+        data: the episodes.
+        episode: int32 index of the symbol-day.
+        slot: int32 minute being forecast (its own volume is not used).
+        lookback: minutes of the surprise ratio.
+
+    Returns:
+        float32 scalar, ``>= 0`` (0 where the profile is 0).
+    """
+    first = jnp.maximum(slot - lookback, 0)
+    seen = data.cum_volume[episode, slot] - data.cum_volume[episode, first]
+    expected_day = data.expected_day_volume[episode]
+    due = expected_day * (data.cum_profile[episode, slot] - data.cum_profile[episode, first])
+    surprise = jnp.where(due > 0, jnp.clip(safe_divide(seen, due), 0.2, 5.0), 1.0)
+    return expected_day * data.volume_profile[episode, slot] * surprise
 
 
 def step_price_advantage(state: EnvState, params: EnvParams) -> jnp.ndarray:
@@ -424,7 +469,12 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         fraction = jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)
         is_last = state.time + 1 >= state.window_len
         forced = jnp.logical_and(params.force_liquidation, is_last)
-        capped = jnp.minimum(fraction * state.inventory, params.participation_cap * volume)
+        desired = fraction * state.inventory
+        if params.child_quantity == "participation":
+            forecast = minute_volume_forecast(data, state.episode, slot)
+            rate = safe_divide(desired, forecast)
+            desired = jnp.where(forecast > 0, jnp.minimum(rate * volume, state.inventory), desired)
+        capped = jnp.minimum(desired, params.participation_cap * volume)
         qty = jnp.where(forced, state.inventory, capped)
         liquidity = jnp.where(
             forced, jnp.maximum(volume, data.mean_minute_volume[state.episode]), volume

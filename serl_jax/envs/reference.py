@@ -84,7 +84,12 @@ class NumpyExecutionEnv:
             qty = s.inventory
             liquidity = max(volume, self.minute_volume[s.episode])
         else:
-            qty = min(fraction * s.inventory, float(p.participation_cap) * volume)
+            desired = fraction * s.inventory
+            if p.child_quantity == "participation":
+                forecast = self.volume_forecast(s.episode, slot)
+                if forecast > 0:
+                    desired = min(desired / forecast * volume, s.inventory)
+            qty = min(desired, float(p.participation_cap) * volume)
             liquidity = volume
         participation = qty / liquidity if liquidity > 0 else 0.0
         cost = float(p.half_spread_bps) + float(p.impact_eta_bps) * participation ** float(
@@ -110,6 +115,17 @@ class NumpyExecutionEnv:
             reward -= float(p.terminal_penalty_bps) * leftover
         info = {"exec_qty": qty, "exec_price": exec_price, "order_pa": self.order_pa()}
         return self.observation(), float(p.reward_scale) * reward, done, info
+
+    def volume_forecast(self, episode: int, slot: int, lookback: int = 60) -> float:
+        """Participation child orders' forecast of minute ``slot``'s volume: the training
+        profile times the expected day volume, scaled by the day's observed over expected
+        volume in the ``lookback`` minutes before (clipped to [0.2, 5]; 1 before any bar)."""
+        seen = due = 0.0
+        for past in range(max(slot - lookback, 0), slot):
+            seen += self.volume[episode, past]
+            due += self.day_volume[episode] * self.profile[episode, past]
+        surprise = min(max(seen / due, 0.2), 5.0) if due > 0 else 1.0
+        return self.day_volume[episode] * self.profile[episode, slot] * surprise
 
     def order_pa(self) -> float:
         """Order PA so far in bps; 0 when nothing executed."""
