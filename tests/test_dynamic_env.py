@@ -18,7 +18,13 @@ import pytest
 from serl_jax.baselines import twap_policy
 from serl_jax.data.episodes import FEATURE_NAMES, STD_FLOOR
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
-from serl_jax.envs.execution import EnvParams, ExecutionEnv, default_reward
+from serl_jax.envs.execution import (
+    EnvParams,
+    ExecutionEnv,
+    default_reward,
+    history_volume_forecast,
+    minute_volume_forecast,
+)
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
 from serl_jax.lob.book import CANCEL, LIMIT, Message, apply_messages
@@ -421,3 +427,39 @@ def test_the_diagnostic_volume_leak_is_static_only(setup):
     leaky = setup["static"].replace(diagnostic_volume_leak=True)
     with pytest.raises(ValueError, match="diagnostic_volume_leak"):
         DynamicEnvParams.from_static(leaky, setup["stats"], setup["market"])
+
+
+def test_history_forecast_matches_the_static_forecast_on_replayed_volumes(setup):
+    data = setup["static"].data
+    for episode, slot in ((0, 0), (1, 30), (3, 200), (7, 239)):
+        np.testing.assert_allclose(
+            history_volume_forecast(data.volume[episode], data, episode, slot),
+            minute_volume_forecast(data, episode, slot),
+            rtol=1e-5,
+        )
+
+
+def test_participation_child_orders_in_the_dynamic_market(setup):
+    """Worked over the rounds: whole shares, never more than held, a = 0 sends nothing,
+    a busier minute trades more at the same a, and the forced last minute is one order."""
+    params = setup["dynamic"].replace(child_quantity="participation")
+    step = jax.jit(ENV.step_env)
+    state = ENV.init_state(params, 0, 0, params.data.num_slots)
+    _, idle, *_ = step(KEY, state, jnp.float32(0.0), params)
+    assert float(idle.inventory) == float(state.inventory)
+    fills, volumes = [], []
+    for t in range(12):
+        _, nxt, _, _, info = step(jax.random.fold_in(KEY, t), state, jnp.float32(0.05), params)
+        qty = float(info["exec_qty"])
+        assert qty == np.floor(qty) and 0 <= qty <= float(state.inventory)
+        fills.append(qty)
+        volumes.append(float(nxt.volume_history[t]) - qty)
+        state = nxt
+    assert sum(fills) > 0
+    assert np.corrcoef(fills, volumes)[0, 1] > 0  # it follows the minute's volume
+    # the forced last minute sends all of I_t at once, as a fixed-size child order does
+    last = ENV.init_state(params, 0, 0, 3).replace(time=jnp.int32(2))
+    _, forced, _, _, info = step(KEY, last, jnp.float32(0.0), params)
+    _, fixed, *_ = step(KEY, last, jnp.float32(0.0), setup["dynamic"])
+    assert float(info["exec_qty"]) > 0
+    assert float(forced.inventory) == float(fixed.inventory)

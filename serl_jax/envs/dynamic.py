@@ -17,9 +17,13 @@ Per step (minute ``s = start + t``):
    queue priority until the next step cancels what is left). There is no participation
    cap: the book's depth is the liquidity constraint, and what a market order cannot
    fill stays in the inventory. A participation child order
-   (``EnvParams.child_quantity="participation"``) is sent the same way at its expected
-   size ``a_t * I_t``: this market does not yet split it over the minute's rounds in
-   proportion to the simulated volume.
+   (``EnvParams.child_quantity="participation"``, market child orders) is worked over the
+   minute instead (:class:`~serl_jax.market.simulator.ParticipationOrder`): at the start
+   of every round a market order keeps its fills at the rate ``a_t * I_t / V̂_s`` of the
+   other traders' volume so far, ``V̂_s`` the forecast of
+   :func:`~serl_jax.envs.execution.minute_volume_forecast` from this day's volume history
+   (real bars, then the simulated minutes); a passive participation child order rests at
+   its expected size ``a_t * I_t``.
 2. ``rounds_per_minute`` trading rounds of the background populations. The informed
    traders see the fundamental, which is the replayed day: in round ``r`` of minute
    ``s`` it is ``p[s-1] + (r + 1) / R * (p[s] - p[s-1])`` (ticks), the real price the
@@ -58,13 +62,19 @@ from serl_jax.envs.execution import (
     EnvState,
     ExecutionEnv,
     default_reward,
+    history_volume_forecast,
     safe_divide,
 )
 from serl_jax.lob.book import BUY, CANCEL, LIMIT, MARKET, SELL
 from serl_jax.lob.queries import own_orders
 from serl_jax.market.agents import CANCEL_ALL, messages, round_view
 from serl_jax.market.params import AGENT_ORDER_ID, FIRST_AGENT_OWNER, MarketParams
-from serl_jax.market.simulator import MarketState, reset_market, run_minute
+from serl_jax.market.simulator import (
+    MarketState,
+    ParticipationOrder,
+    reset_market,
+    run_minute,
+)
 
 CHILD_ORDERS = ("market", "passive")
 _RETURN, _VOLATILITY, _VOLUME, _TIME, _RANGE = range(len(FEATURE_NAMES))
@@ -141,11 +151,14 @@ class DynamicEnvState(EnvState):
         price_history: ``float32[T]`` the day's bar prices: real before the window,
             simulated mids (currency) for the minutes already simulated.
         feature_history: ``float32[T, F]`` normalized features of the same bars.
+        volume_history: ``float32[T]`` the same bars' volumes, shares (what participation
+            child orders forecast the minute's volume from).
     """
 
     market: MarketState = None
     price_history: jax.Array = None
     feature_history: jax.Array = None
+    volume_history: jax.Array = None
 
 
 class DynamicExecutionEnv(ExecutionEnv):
@@ -195,6 +208,7 @@ class DynamicExecutionEnv(ExecutionEnv):
             market=market,
             price_history=data.price[base.episode],
             feature_history=data.features[base.episode],
+            volume_history=data.volume[base.episode],
         )
 
     def _child_messages(self, state: DynamicEnvState, qty, forced, params: DynamicEnvParams):
@@ -237,6 +251,10 @@ class DynamicExecutionEnv(ExecutionEnv):
         fraction = jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)
         forced = jnp.logical_and(params.force_liquidation, state.time + 1 >= state.window_len)
         qty = jnp.where(forced, state.inventory, jnp.floor(fraction * state.inventory))
+        participation = None
+        if params.child_quantity == "participation" and params.child_order == "market":
+            participation, works = self._participation(state, params, slot, fraction, forced)
+            qty = jnp.where(works, 0.0, qty)  # the rounds send it
         agent_messages = self._child_messages(state, qty.astype(jnp.int32), forced, params)
 
         real = data.price[state.episode] / market.tick_size
@@ -253,6 +271,7 @@ class DynamicExecutionEnv(ExecutionEnv):
             data.mean_minute_volume[state.episode],
             key,
             market,
+            participation,
         )
 
         filled = (-params.side * minute.position_change[FIRST_AGENT_OWNER]).astype(jnp.float32)
@@ -274,10 +293,28 @@ class DynamicExecutionEnv(ExecutionEnv):
             market=new_market,
             price_history=price_history,
             feature_history=state.feature_history.at[slot].set(features),
+            volume_history=state.volume_history.at[slot].set(minute.volume),
         )
         return self.finish_step(
             state, fraction, next_state, params, filled, exec_price, market_price
         )
+
+    def _participation(self, state: DynamicEnvState, params, slot, fraction, forced):
+        """The minute's POV child order, rate ``a I_t / V̂_s`` of the other traders'
+        volume and at most ``I_t`` shares (a busy minute trades more than ``a I_t``), and
+        whether it works: not at a forced last step (all of ``I_t`` goes at once) nor where
+        the forecast is 0 (the child order is then sent at once at its size ``a I_t``, as
+        the static market does)."""
+        forecast = history_volume_forecast(state.volume_history, params.data, state.episode, slot)
+        works = jnp.logical_and(~forced, forecast > 0)
+        order = ParticipationOrder(
+            side=jnp.where(params.side > 0, SELL, BUY).astype(jnp.int32),
+            rate=safe_divide(fraction * state.inventory, forecast).astype(jnp.float32),
+            limit=jnp.where(works, jnp.floor(state.inventory), 0.0).astype(jnp.int32),
+            owner=jnp.int32(FIRST_AGENT_OWNER),
+            order_id=jnp.int32(AGENT_ORDER_ID),
+        )
+        return order, works
 
     def _minute_features(self, state, params: DynamicEnvParams, slot, prices, minute):
         """Normalized ``float32[F]`` features of the simulated bar at ``slot`` (the

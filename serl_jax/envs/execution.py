@@ -196,8 +196,32 @@ def minute_volume_forecast(
     seen = data.cum_volume[episode, slot] - data.cum_volume[episode, first]
     expected_day = data.expected_day_volume[episode]
     due = expected_day * (data.cum_profile[episode, slot] - data.cum_profile[episode, first])
+    return _forecast(expected_day * data.volume_profile[episode, slot], seen, due)
+
+
+def _forecast(expected: jnp.ndarray, seen: jnp.ndarray, due: jnp.ndarray) -> jnp.ndarray:
+    """The profile's expected volume times the clipped surprise ``seen / due``."""
     surprise = jnp.where(due > 0, jnp.clip(safe_divide(seen, due), 0.2, 5.0), 1.0)
-    return expected_day * data.volume_profile[episode, slot] * surprise
+    return expected * surprise
+
+
+def history_volume_forecast(
+    volume: jnp.ndarray,
+    data: MarketData,
+    episode: jnp.ndarray,
+    slot: jnp.ndarray,
+    lookback: int = FORECAST_LOOKBACK,
+) -> jnp.ndarray:
+    """:func:`minute_volume_forecast` from a day's volume history ``float32[T]`` other
+    than the replayed one (the dynamic market's: real bars before the window, simulated
+    minutes after), O(lookback)."""
+    past = slot - lookback + jnp.arange(lookback)
+    seen_mask = past >= 0
+    slots = jnp.clip(past, 0, data.num_slots - 1)
+    expected_day = data.expected_day_volume[episode]
+    seen = jnp.where(seen_mask, volume[slots], 0.0).sum()
+    due = expected_day * jnp.where(seen_mask, data.volume_profile[episode, slots], 0.0).sum()
+    return _forecast(expected_day * data.volume_profile[episode, slot], seen, due)
 
 
 def step_price_advantage(state: EnvState, params: EnvParams) -> jnp.ndarray:

@@ -4,9 +4,11 @@
 price; :func:`run_minute` first applies the agents' messages (child orders, cancels),
 then ``rounds_per_minute`` trading rounds in which the informed, momentum, noise and
 market-maker populations (:mod:`serl_jax.market.agents`) send their messages through
-:func:`serl_jax.lob.book.apply_messages`. Every trade is settled to its two owners, so
-positions and cash are attributed by owner id (:data:`~serl_jax.market.params.MARKET_MAKER`
-... and the agents from :data:`~serl_jax.market.params.FIRST_AGENT_OWNER` on).
+:func:`serl_jax.lob.book.apply_messages`, and an agent's percentage-of-volume child order
+(:class:`ParticipationOrder`), if any, sends a market order at the start of every round.
+Every trade is settled to its two owners, so positions and cash are attributed by owner
+id (:data:`~serl_jax.market.params.MARKET_MAKER` ... and the agents from
+:data:`~serl_jax.market.params.FIRST_AGENT_OWNER` on).
 
 The informed traders learn from the order flow they see (:func:`learn_from_flow`), so
 a parent order's selling lowers the value they quote toward, and the impact stays
@@ -27,13 +29,22 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from serl_jax.lob.book import Book, BookSide, Message, Trades, apply_messages, empty_book
+from serl_jax.lob.book import (
+    MARKET,
+    Book,
+    BookSide,
+    Message,
+    Trades,
+    apply_messages,
+    empty_book,
+)
 from serl_jax.lob.queries import spread, top_levels
 from serl_jax.market.agents import (
     NOISE_UNIFORMS,
     NoiseBook,
     informed_orders,
     market_maker_orders,
+    messages,
     momentum_orders,
     noise_orders,
     round_view,
@@ -84,6 +95,38 @@ class MarketState:
     def num_owners(self) -> int:
         """O, the static number of owner ids (background populations plus agents)."""
         return self.position.shape[-1]
+
+
+@struct.dataclass
+class ParticipationOrder:
+    """An agent's percentage-of-volume (POV) child order, worked over one minute.
+
+    At the start of each trading round it sends a market order for
+    :func:`participation_quantity` shares: what keeps its executed shares at ``rate``
+    times the volume the other traders have traded in the minute so far (a POV algorithm
+    reacting to the prints, one round behind), never more than ``limit`` in all.
+
+    Attributes:
+        side: ``int32`` book side of its market orders (``BUY`` or ``SELL``).
+        rate: ``float32`` shares per share of the other traders' volume.
+        limit: ``int32`` the most shares it trades in the minute (0: it sends nothing).
+        owner: ``int32`` the agent's owner id.
+        order_id: ``int32`` the id of its messages.
+    """
+
+    side: jax.Array
+    rate: jax.Array
+    limit: jax.Array
+    owner: jax.Array
+    order_id: jax.Array
+
+
+def participation_quantity(rate, volume_seen, done, limit) -> jax.Array:
+    """Shares a POV order sends now: ``clip(floor(rate * volume_seen) - done, 0, limit -
+    done)``, ``int32`` (``volume_seen`` the other traders' shares so far, ``done`` its own
+    executed shares)."""
+    target = jnp.floor(rate * volume_seen).astype(jnp.int32)
+    return jnp.clip(target - done, 0, jnp.maximum(limit - done, 0)).astype(jnp.int32)
 
 
 @struct.dataclass
@@ -256,6 +299,7 @@ def run_minute(
     volume_unit,
     key: jax.Array,
     params: MarketParams,
+    participation: ParticipationOrder | None = None,
 ) -> tuple[MarketState, MinuteSummary]:
     """Advances one market by one minute.
 
@@ -270,6 +314,8 @@ def run_minute(
         volume_unit: ``float32`` V, shares per minute.
         key: PRNG key of this minute.
         params: market parameters.
+        participation: an agent's POV child order worked over the rounds (its market
+            order goes first in each round), or None.
 
     Returns:
         ``(state, summary)``.
@@ -290,9 +336,24 @@ def run_minute(
     u = jax.random.uniform(key, (params.rounds_per_minute, uniforms_per_round(params)))
 
     def trading_round(carry, inputs):
-        st, position_change, cash_change, volume, signed_volume = carry
+        st, position_change, cash_change, volume, signed_volume, pov_done, pov_seen = carry
         fundamental, u = inputs
         view = round_view(st.book, st.reference)
+        pov = ()
+        if participation is not None:
+            qty = participation_quantity(
+                participation.rate, pov_seen, pov_done, participation.limit
+            )
+            pov = (
+                messages(
+                    kind=[jnp.where(qty > 0, MARKET, 0)],
+                    side=[participation.side],
+                    price=[0],
+                    qty=[qty],
+                    order_id=[participation.order_id],
+                    owner=[participation.owner],
+                ),
+            )
         value = fundamental * jnp.exp(st.flow_impact)
         informed, informed_ring, next_id = informed_orders(
             view, st.informed, st.next_order_id, value, u[:n_informed], params, volume_unit
@@ -311,9 +372,12 @@ def run_minute(
         )
         maker = market_maker_orders(view, st.position[MARKET_MAKER], st.round, params, volume_unit)
         book, trades = apply_messages(
-            st.book, _concat(informed, momentum, noise, maker), max_trades=capacity
+            st.book, _concat(*pov, informed, momentum, noise, maker), max_trades=capacity
         )
         d_position, d_cash, d_volume = settle(trades, n_owners)
+        if participation is not None:  # its market orders never rest: it is the aggressor
+            own = jnp.abs(d_position[participation.owner])
+            pov_done, pov_seen = pov_done + own, pov_seen + (d_volume - own)
         d_signed, flow = signed_flow(trades)
         mid = round_view(book, last_trade_price(trades, view.reference)).reference
         st = st.replace(
@@ -335,13 +399,16 @@ def run_minute(
             cash_change + d_cash,
             volume + d_volume,
             signed_volume + d_signed,
+            pov_done,
+            pov_seen,
         )
         return carry, mid
 
     state = state.replace(position=state.position + position_change, cash=state.cash + cash_change)
-    (state, position_change, cash_change, volume, signed_volume), mids = jax.lax.scan(
+    zero = jnp.zeros((), jnp.int32)
+    (state, position_change, cash_change, volume, signed_volume, _, _), mids = jax.lax.scan(
         trading_round,
-        (state, position_change, cash_change, volume, signed_volume),
+        (state, position_change, cash_change, volume, signed_volume, zero, zero),
         (jnp.asarray(fundamental, jnp.float32), u),
     )
     state = state.replace(signed_volume=state.signed_volume + signed_volume)

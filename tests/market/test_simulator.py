@@ -7,12 +7,20 @@ import pytest
 
 from serl_jax.lob.book import BUY, LIMIT, MARKET, SELL, Message, Trades
 from serl_jax.market.params import (
+    AGENT_ORDER_ID,
     FIRST_AGENT_OWNER,
     INFORMED_TRADER,
     MARKET_MAKER,
     MarketParams,
 )
-from serl_jax.market.simulator import reset_market, run_minute, settle, signed_flow
+from serl_jax.market.simulator import (
+    ParticipationOrder,
+    participation_quantity,
+    reset_market,
+    run_minute,
+    settle,
+    signed_flow,
+)
 
 QUIET = dict(
     mm_levels=3,
@@ -153,3 +161,74 @@ def test_params_from_mapping_rejects_bad_keys():
         MarketParams.from_mapping({"mm_levels": 2.5})
     with pytest.raises(ValueError, match="market.mm_levels must be >= 1"):
         MarketParams(mm_levels=0)
+
+
+def test_participation_quantity_by_hand():
+    # target floor(0.1 x 95) = 9 shares; 4 done: 5 more, unless the limit binds
+    assert int(participation_quantity(0.1, 95.0, 4, 100)) == 5
+    assert int(participation_quantity(0.1, 95.0, 4, 6)) == 2
+    assert int(participation_quantity(0.1, 95.0, 12, 100)) == 0  # ahead: wait
+    assert int(participation_quantity(0.1, 95.0, 6, 6)) == 0  # limit reached
+
+
+def _pov_minute(rate, limit, participate=True):
+    """One noisy minute (default populations, 6 rounds) with a selling POV order."""
+    params = MarketParams()
+    state = reset_market(1000.5, 500.0, params)
+    noop = _orders((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))
+    order = ParticipationOrder(
+        side=jnp.int32(SELL),
+        rate=jnp.float32(rate),
+        limit=jnp.int32(limit),
+        owner=jnp.int32(FIRST_AGENT_OWNER),
+        order_id=jnp.int32(AGENT_ORDER_ID),
+    )
+    path = jnp.full((params.rounds_per_minute,), 1000.5)
+    return run_minute(
+        state,
+        noop,
+        path,
+        1.0,
+        500.0,
+        jax.random.PRNGKey(3),
+        params,
+        order if participate else None,
+    )
+
+
+def test_a_pov_child_order_tracks_the_other_traders_volume():
+    _, minute = _pov_minute(0.2, 10_000)
+    sold = -int(minute.position_change[FIRST_AGENT_OWNER])
+    others = int(minute.volume) - sold
+    assert others > 0 and sold > 0
+    # each round's order tops its fills up to 20% of the others' volume seen before it,
+    # so in all it never exceeds 20% of the minute's other volume
+    assert sold <= int(np.floor(0.2 * others))
+    assert float(minute.cash_change[FIRST_AGENT_OWNER]) > 0  # it sold
+    _, slower = _pov_minute(0.05, 10_000)
+    assert 0 < -int(slower.position_change[FIRST_AGENT_OWNER]) < sold
+
+
+def test_a_pov_child_order_stops_at_its_limit():
+    _, minute = _pov_minute(50.0, 37)
+    assert -int(minute.position_change[FIRST_AGENT_OWNER]) == 37
+
+
+def test_a_pov_child_order_with_no_limit_leaves_the_market_unchanged():
+    """Same orders, trades, positions and cash; only the arrival stamps (the book's
+    message counter, which its no-op messages advance) differ, in the same time order."""
+    with_order = _pov_minute(0.2, 0)
+    alone = _pov_minute(0.2, 0, participate=False)
+    stamps = ("arrival", "next_arrival")
+    for (path, a), b in zip(
+        jax.tree_util.tree_leaves_with_path(with_order), jax.tree.leaves(alone), strict=True
+    ):
+        if jax.tree_util.keystr(path).endswith(stamps):
+            continue
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+    for side in ("bids", "asks"):
+        a, b = (getattr(m[0].book, side) for m in (with_order, alone))
+        live = np.asarray(b.qty) > 0
+        np.testing.assert_array_equal(
+            np.argsort(np.asarray(a.arrival)[live]), np.argsort(np.asarray(b.arrival)[live])
+        )
