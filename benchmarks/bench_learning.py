@@ -15,8 +15,8 @@ Rungs (``--rungs``, default ``abc``):
     of the hindsight oracle's edge (the oracle knows every minute's volume, the leak only
     the current one);
 (c) real days, honest observations, the preset's child orders (participation by
-    default): PPO against TWAP and the best of TWAP, VWAP, adaptive VWAP, POV and
-    Almgren–Chriss on validation days, and against its own starting point, the action
+    default): PPO against TWAP and the best of TWAP, TWAP-POV, VWAP, adaptive VWAP, POV
+    and Almgren–Chriss on validation days, and against its own starting point, the action
     prior alone (what training added).
 
 Rungs (b) and (c) train on the training days, select the seed on validation days and

@@ -42,6 +42,7 @@ from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
     ORACLE,
+    TWAP_POV,
     baseline_policies,
     calibrated_market,
     dynamic_env_params,
@@ -57,6 +58,7 @@ BASELINES = {
     "twap": "TWAP",
     "vwap": "VWAP",
     "avwap": "adaptive VWAP",
+    "twap-pov": TWAP_POV,
     "pov": "POV",
     "ac": "AC",
     "immediate": "Immediate",
@@ -73,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policy",
         action="append",
-        help="twap, vwap, avwap (adaptive VWAP), pov, ac, immediate, oracle (hindsight, not "
-        "achievable) or a checkpoint folder; repeatable (default: twap, vwap, avwap, pov, ac, "
-        "oracle)",
+        help="twap, twap-pov (TWAP with participation child orders), vwap, avwap (adaptive "
+        "VWAP), pov, ac, immediate, oracle (hindsight, not achievable) or a checkpoint folder; "
+        "repeatable (default: twap, twap-pov, vwap, avwap, pov, ac, oracle)",
     )
     parser.add_argument("--env", choices=("static", "dynamic"), default="static")
     parser.add_argument("--split", choices=("test", "all"), default="test")
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    specs = args.policy or ["twap", "vwap", "avwap", "pov", "ac", "oracle"]
+    specs = args.policy or ["twap", "twap-pov", "vwap", "avwap", "pov", "ac", "oracle"]
     checkpoints = [s for s in specs if s.lower() not in BASELINES]
     loaded = [load_policy(Path(s)) for s in checkpoints]
     if args.config is None and loaded:

@@ -21,12 +21,14 @@ from tqdm.auto import tqdm
 
 from serl_jax.baselines import (
     FIXED_SIZE_POLICIES,
+    PARTICIPATION_POLICIES,
     adaptive_vwap_policy,
     almgren_chriss_policy,
     immediate_policy,
     oracle_policy,
     pov_policy,
     twap_policy,
+    twap_pov_policy,
     vwap_policy,
 )
 from serl_jax.config import Config
@@ -44,6 +46,9 @@ from serl_jax.rl.ppo import make_trainer
 SAMPLE_PREFIX = "sample:"
 TWAP = "TWAP"
 """The baselines' table name of TWAP, the reference of every paired comparison."""
+TWAP_POV = "TWAP-POV"
+"""The table name of TWAP with participation child orders
+(:func:`serl_jax.baselines.twap_pov_policy`): what the order type alone gains."""
 ORACLE = "oracle (not achievable)"
 """The table name of the hindsight oracle (:func:`serl_jax.baselines.oracle_policy`)."""
 CALIBRATED_MARKETS = Path(__file__).resolve().parents[1] / "configs" / "market"
@@ -277,12 +282,14 @@ def _seed_rollout(batched: Rollout, seed: int) -> Rollout:
 
 
 def baseline_policies(cfg: Config) -> dict[str, tuple[Any, Any]]:
-    """The baselines as ``{name: (policy_fn, policy_params)}``: TWAP, VWAP, adaptive VWAP,
-    POV, Almgren–Chriss, Immediate and the hindsight oracle (:data:`ORACLE`), which bounds
+    """The baselines as ``{name: (policy_fn, policy_params)}``: TWAP, TWAP-POV (TWAP with
+    participation child orders), VWAP, adaptive VWAP, POV, Almgren–Chriss, Immediate and
+    the hindsight oracle (:data:`ORACLE`), which bounds
     the static market's execution shortfall only (leave it out in the dynamic market, whose
     volumes are simulated)."""
     return {
         TWAP: (twap_policy, None),
+        TWAP_POV: (twap_pov_policy, None),
         "VWAP": (vwap_policy, None),
         "adaptive VWAP": (adaptive_vwap_policy, None),
         "POV": (pov_policy, None),
@@ -316,13 +323,13 @@ def evaluate_policies(
     side = float(env_params.side)
 
     def run(policy, params) -> Rollout:
-        # the baselines are defined by fixed-size child orders, whatever the learned
+        # the baselines' child orders are part of their definition, whatever the learned
         # policies' env.child_quantity
-        order_params = (
-            env_params.replace(child_quantity="fixed")
-            if policy in FIXED_SIZE_POLICIES
-            else env_params
-        )
+        order_params = env_params
+        if policy in FIXED_SIZE_POLICIES:
+            order_params = env_params.replace(child_quantity="fixed")
+        elif policy in PARTICIPATION_POLICIES:
+            order_params = env_params.replace(child_quantity="participation")
         return jax.device_get(rollout(env, policy, params, order_params, jax.random.PRNGKey(0)))
 
     rollouts = {name: run(policy, params) for name, (policy, params) in policies.items()}

@@ -47,7 +47,9 @@ def test_train_writes_a_complete_run_folder(tiny_run):
     assert (market / "checkpoint" / "policy.msgpack").is_file()
     report = json.loads((tiny_run / "metrics.json").read_text())
     entry = report["markets"]["us_1min"]
-    names = {"PPO", "PPO-static", "TWAP", "VWAP", "adaptive VWAP", "POV", "AC", "Immediate"}
+    names = {
+        "PPO", "PPO-static", "TWAP", "TWAP-POV", "VWAP", "adaptive VWAP", "POV", "AC", "Immediate"
+    }  # fmt: skip
     # hybrid (the default) trains PPO-static too; the oracle bounds the static market only
     assert set(entry["policies"]) == names | {"oracle (not achievable)"}
     assert set(entry["policies_dynamic"]) == names
@@ -101,7 +103,8 @@ def test_static_training_needs_no_calibrated_market(tmp_path, capsys):
     (entry,) = json.loads((run_dir / "metrics.json").read_text())["markets"].values()
     assert entry["market_mode"] == "static"
     assert set(entry["policies"]) == {
-        "PPO", "TWAP", "VWAP", "adaptive VWAP", "POV", "AC", "Immediate", "oracle (not achievable)"
+        "PPO", "TWAP", "TWAP-POV", "VWAP", "adaptive VWAP", "POV", "AC", "Immediate",
+        "oracle (not achievable)",
     }  # fmt: skip
     assert "policies_dynamic" not in entry
     assert " dynamic" not in (run_dir / "results.txt").read_text()
@@ -169,13 +172,13 @@ def test_evaluate_split_all_counts_every_day(capsys):
 
 def test_evaluate_the_new_baselines_by_name(capsys):
     args = ["--data", "sample:us_1min", "--json"]
-    for name in ("pov", "avwap", "oracle"):
+    for name in ("pov", "avwap", "twap-pov", "oracle"):
         args += ["--policy", name]
     assert evaluate.main(args) == 0
     records = {r["policy"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
-    assert set(records) == {"POV", "adaptive VWAP", "oracle (not achievable)"}
+    assert set(records) == {"POV", "adaptive VWAP", "TWAP-POV", "oracle (not achievable)"}
     oracle = records["oracle (not achievable)"]["shortfall_vs_TWAP"]
-    for name in ("POV", "adaptive VWAP"):  # nobody pays less spread and impact
+    for name in ("POV", "adaptive VWAP", "TWAP-POV"):  # nobody pays less spread and impact
         assert records[name]["shortfall_vs_TWAP"]["value"] <= oracle["value"]
 
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from serl_jax.baselines import twap_policy
+from serl_jax.baselines import twap_policy, twap_pov_policy
 from serl_jax.config import Config
 from serl_jax.envs.execution import EnvParams, ExecutionEnv, minute_volume_forecast
 from serl_jax.envs.market_data import MarketData
@@ -326,13 +326,16 @@ def test_baselines_keep_fixed_child_orders_when_the_learned_policy_participates(
     def constant(policy_params, key, obs, state, params):
         return jnp.float32(0.01)
 
-    results = evaluate_policies(
-        Config(), env, participating, {"TWAP": (twap_policy, None), "constant": (constant, None)}
-    )
+    policies = {"TWAP": (twap_policy, None), "constant": (constant, None)}
+    results = evaluate_policies(Config(), env, participating, policies)
+    # TWAP-POV participates even where the learned policies send fixed-size orders
+    pov = evaluate_policies(Config(), env, fixed, {"TWAP-POV": (twap_pov_policy, None)})
+    results["TWAP-POV"] = pov["TWAP-POV"]
     key = jax.random.PRNGKey(0)
     for name, policy, params in (
         ("TWAP", twap_policy, fixed),
         ("constant", constant, participating),
+        ("TWAP-POV", twap_policy, participating),
     ):
         expected = jax.device_get(rollout(env, policy, None, params, key))
         np.testing.assert_allclose(results[name][1].exec_qty, expected.exec_qty, rtol=1e-6)

@@ -1,8 +1,10 @@
-"""Execution baselines as schedules and policies: TWAP, VWAP, adaptive VWAP, POV,
-Almgren–Chriss, immediate, and the hindsight oracle (a bound, not achievable)."""
+"""Execution baselines as schedules and policies: TWAP (also with POV child orders), VWAP,
+adaptive VWAP, POV, Almgren–Chriss, immediate, and the hindsight oracle (a bound, not
+achievable)."""
 
 from serl_jax.baselines.policies import (
     FIXED_SIZE_POLICIES,
+    PARTICIPATION_POLICIES,
     adaptive_vwap_policy,
     almgren_chriss_eta,
     almgren_chriss_policy,
@@ -10,6 +12,7 @@ from serl_jax.baselines.policies import (
     oracle_policy,
     pov_policy,
     twap_policy,
+    twap_pov_policy,
     vwap_policy,
 )
 from serl_jax.baselines.schedules import (
@@ -23,6 +26,7 @@ from serl_jax.baselines.schedules import (
 
 __all__ = [
     "FIXED_SIZE_POLICIES",
+    "PARTICIPATION_POLICIES",
     "action_from_target",
     "adaptive_vwap_policy",
     "almgren_chriss_eta",
@@ -34,6 +38,7 @@ __all__ = [
     "oracle_policy",
     "pov_policy",
     "twap_policy",
+    "twap_pov_policy",
     "twap_remaining",
     "vwap_policy",
     "vwap_remaining",

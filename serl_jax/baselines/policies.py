@@ -38,6 +38,16 @@ def twap_policy(policy_params, key: jax.Array, obs, state: EnvState, params: Env
     return action_from_target(_remaining_fraction(state), target)
 
 
+def twap_pov_policy(policy_params, key: jax.Array, obs, state: EnvState, params: EnvParams):
+    """TWAP's schedule executed with participation child orders (a broker's TWAP that
+    slices each interval by volume): the TWAP action, always run with
+    ``EnvParams.child_quantity="participation"`` (:data:`PARTICIPATION_POLICIES`), so a
+    minute trades the TWAP slice when its volume is as forecast, more in a busier one,
+    and the next minute catches up to the schedule. The baseline that separates what the
+    order type gains from what a learned schedule gains."""
+    return twap_policy(policy_params, key, obs, state, params)
+
+
 def immediate_policy(policy_params, key: jax.Array, obs, state: EnvState, params: EnvParams):
     """Trade everything at once: action 1 at every step.
 
@@ -210,8 +220,9 @@ def oracle_policy(policy_params, key: jax.Array, obs, state: EnvState, params: E
     return action_from_target(_remaining_fraction(state), jnp.clip(target, 0.0, 1.0))
 
 
-# The baselines send fixed-size child orders (``EnvParams.child_quantity="fixed"``): their
-# definitions say how many shares each minute trades.
+# The baselines' child orders, whatever the learned policies' ``EnvParams.child_quantity``:
+# fixed-size ones (their definitions say how many shares each minute trades), except
+# TWAP-POV's participation ones.
 FIXED_SIZE_POLICIES = (
     twap_policy,
     immediate_policy,
@@ -221,3 +232,4 @@ FIXED_SIZE_POLICIES = (
     adaptive_vwap_policy,
     oracle_policy,
 )
+PARTICIPATION_POLICIES = (twap_pov_policy,)

@@ -148,6 +148,7 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
         f"SE-RL {best.id}",
         "PPO default",
         "TWAP",
+        "TWAP-POV",
         "VWAP",
         "adaptive VWAP",
         "POV",
