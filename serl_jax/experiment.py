@@ -284,9 +284,8 @@ def _seed_rollout(batched: Rollout, seed: int) -> Rollout:
 def baseline_policies(cfg: Config) -> dict[str, tuple[Any, Any]]:
     """The baselines as ``{name: (policy_fn, policy_params)}``: TWAP, TWAP-POV (TWAP with
     participation child orders), VWAP, adaptive VWAP, POV, Almgren–Chriss, Immediate and
-    the hindsight oracle (:data:`ORACLE`), which bounds
-    the static market's execution shortfall only (leave it out in the dynamic market, whose
-    volumes are simulated)."""
+    the hindsight oracle (:data:`ORACLE`), which bounds the static market's execution
+    shortfall only (leave it out in the dynamic market, whose volumes are simulated)."""
     return {
         TWAP: (twap_policy, None),
         TWAP_POV: (twap_pov_policy, None),

@@ -18,12 +18,12 @@ fills at slot ``s = start + t``.
 Cost model (per share, in bps of the minute's price ``p_s``, ``v_s`` the minute's volume)::
 
     q_s      = min(a_t * I_t, participation_cap * v_s)            # participation cap
-
-(with ``child_quantity="participation"`` the child order is a percentage-of-volume order:
-``a_t * I_t`` becomes ``min(a_t * I_t * v_s / V̂_s, I_t)``, ``V̂_s`` a forecast of the
-minute's volume from earlier bars, :func:`minute_volume_forecast`)
     cost_bps = half_spread_bps + impact_eta_bps * (q_s / v_s) ** impact_exponent
     p_exec   = p_s * (1 - side * cost_bps * 1e-4)                 # sells get less, buys pay more
+
+With ``child_quantity="participation"`` the child order is a percentage-of-volume order:
+``a_t * I_t`` becomes ``min(a_t * I_t * v_s / V̂_s, I_t)``, ``V̂_s`` a forecast of the
+minute's volume from earlier bars (:func:`minute_volume_forecast`).
 
 At the last step with ``force_liquidation`` the whole remaining inventory trades
 regardless of the cap, with liquidity ``max(v_s, mean_minute_volume)`` in the impact
@@ -53,8 +53,9 @@ from serl_jax.envs.market_data import MarketData
 # (T - t)/T, log(T - t), I_t/Q, price move since arrival (percent)
 NUM_PRIVATE_FEATURES = 4
 CHILD_QUANTITIES = ("fixed", "participation")
-# Participation child orders' volume forecast (chosen on validation days, README "Learning
-# on real bars"): the profile rescaled by the day's volume over the last 60 minutes.
+# Participation child orders' volume forecast: the profile rescaled by the day's volume
+# over the last 60 minutes, the adaptive VWAP baseline's look-back (chosen on validation
+# days for that baseline; not tuned again for participation orders).
 FORECAST_LOOKBACK = 60
 
 
@@ -96,7 +97,8 @@ class EnvParams:
             rate ``a_t * I_t / V̂_s`` of the minute's volume as it prints
             (:func:`minute_volume_forecast`), so it trades ``a_t * I_t`` shares when the
             minute's volume is as forecast and more (less) in a busier (quieter) one. The
-            static market only.
+            dynamic market works it over the minute's trading rounds
+            (:mod:`serl_jax.envs.dynamic`).
     """
 
     data: MarketData
