@@ -37,6 +37,7 @@ from serl_jax.config import (
     apply_overrides,
     config_from_dict,
     load_config,
+    saved_network_config,
 )
 from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars, split_days
 from serl_jax.envs.market_data import MarketData
@@ -143,12 +144,10 @@ def _evaluate(args: argparse.Namespace) -> int:
                 f"evaluation uses {env_params.child_quantity} (pass "
                 f"env.child_quantity={trained_with})"
             )
-        # Checkpoints written before the anchored prior used one-step tracking.
-        network_cfg = {"prior_anchor_steps": 0.0, **saved["network"]}
         policy = make_ppo_policy(
             network,
             saved["ppo"]["normalize_obs"],
-            action_prior=config_from_dict({"network": network_cfg}).network.prior(),
+            action_prior=saved_network_config(saved).prior(),
         )
         policies[f"PPO:{spec}"] = (policy, params)
 

@@ -85,22 +85,27 @@ def plot_pa_distribution(pa: Mapping[str, np.ndarray], path: Path) -> Path:
 
 
 def plot_loop_progress(
-    iterations: Sequence[int], pa: Sequence[float], ema: Sequence[float], path: Path
+    iterations: Sequence[int],
+    scores: Sequence[float],
+    ema: Sequence[float],
+    path: Path,
+    label: str = "PA",
 ) -> Path:
-    """PA_j (best validation PA of each outer iteration, bps) and its moving average.
+    """The best validation score of each outer iteration (bps) and its moving average.
 
     Args:
         iterations: outer iterations j (0 = the default program).
-        pa: PA_j per iteration, bps.
-        ema: PA_ema_j per iteration, bps.
+        scores: the iteration's best score per iteration, bps.
+        ema: the score's moving average per iteration, bps.
         path: output PNG.
+        label: the score's name (``loop.score``: ``shortfall`` or ``PA``).
     """
     fig = Figure(figsize=(6, 3.5), layout="constrained")
     ax = fig.subplots()
-    ax.plot(iterations, pa, "o-", label="PA_j (best of iteration)")
-    ax.plot(iterations, ema, "s--", label="PA_ema")
+    ax.plot(iterations, scores, "o-", label=f"{label}_j (best of iteration)")
+    ax.plot(iterations, ema, "s--", label=f"{label}_ema")
     ax.set_xlabel("outer iteration j")
-    ax.set_ylabel("validation PA (bps)")
+    ax.set_ylabel(f"validation {label} (bps)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.savefig(path, dpi=110)

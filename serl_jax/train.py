@@ -55,7 +55,7 @@ import yaml
 
 from llm.backends import BackendError, make_backend
 from llm.validate import SandboxError
-from serl_jax.config import Config, ConfigError, config_from_dict, load_config
+from serl_jax.config import LOOP_SCORES, Config, ConfigError, load_config, saved_run_config
 from serl_jax.data import DataError, MarketSplits
 from serl_jax.envs.dynamic import DynamicExecutionEnv
 from serl_jax.envs.execution import ExecutionEnv
@@ -370,7 +370,8 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
         return 3
     table = write_report(cfg, store, outcome, splits)
     print(table)
-    print(f"best candidate: {outcome.best.id} (validation PA {outcome.best.score:.2f} bps)")
+    label = LOOP_SCORES[cfg.loop.score]
+    print(f"best candidate: {outcome.best.id} (validation {label} {outcome.best.score:.2f} bps)")
     print(f"run folder: {store.root}")
     return 0
 
@@ -429,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             store = RunStore.open(args.resume)
-            cfg = config_from_dict(store.meta("config"))
+            cfg = saved_run_config(store.meta("config"))
             store.close()
         except (StoreError, ConfigError) as err:
             print(f"error: {err}", file=sys.stderr)

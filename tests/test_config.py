@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import flax.linen as nn
 import pytest
 
-from serl_jax.config import ConfigError, load_config
+from serl_jax.config import ConfigError, load_config, saved_network_config, saved_run_config
+from serl_jax.rl.networks import ActorCritic, declared_prior_anchor
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -56,3 +58,42 @@ def test_missing_and_malformed_files(tmp_path):
 def test_default_preset_is_the_built_in_default():
     """``python -m serl_jax.train`` without --config must run the documented preset."""
     assert load_config(CONFIGS / "default.yaml") == load_config(None)
+
+
+def test_loop_score_is_checked():
+    assert load_config(None).loop.score == "shortfall"
+    assert load_config(None, ["loop.score=pa"]).loop.score == "pa"
+    with pytest.raises(ConfigError, match=r"loop.score: expected one of \['shortfall', 'pa'\]"):
+        load_config(None, ["loop.score=cost"])
+
+
+def test_runs_recorded_before_loop_score_resume_ranked_by_pa():
+    legacy = load_config(None).to_dict()
+    legacy["loop"].pop("score")
+    legacy["loop"]["failure_pa"] = legacy["loop"].pop("failure_score") - 1.0
+    cfg = saved_run_config(legacy)
+    assert (cfg.loop.score, cfg.loop.failure_score) == ("pa", -101.0)
+    assert saved_run_config(load_config(None).to_dict()) == load_config(None)
+
+
+class _Anchored(nn.Module):
+    prior_anchor_steps: float = 12.0
+
+    def __call__(self, obs):
+        return obs
+
+
+@pytest.mark.parametrize("bad", [-1.0, 1001.0, float("nan"), True, "5"])
+def test_a_network_declares_its_prior_anchor(bad):
+    network = load_config(None).network
+    assert network.for_network(ActorCritic()) == network  # declares none: the config's
+    assert network.for_network(_Anchored()).prior_anchor_steps == 12.0
+    assert declared_prior_anchor(_Anchored(prior_anchor_steps=0)) == 0.0
+    with pytest.raises(ValueError, match=r"^network field prior_anchor_steps: expected"):
+        network.for_network(_Anchored(prior_anchor_steps=bad))
+
+
+def test_saved_network_config():
+    assert saved_network_config({"network": {}}).prior_anchor_steps == 0.0  # old checkpoint
+    saved = load_config(None, ["network.prior_anchor_steps=12"]).to_dict()
+    assert saved_network_config(saved).prior_anchor_steps == 12.0

@@ -15,23 +15,25 @@ What it reads from a prompt (the contract of :mod:`llm.prompts.builder`):
 - the module: the first line ``MODULE: LLM4Reward`` (reward slot), ``MODULE: LLM4Agent``
   (network slot) or ``MODULE: InstructionRefinement``; a prompt without one is refused
   with :class:`BackendError`.
-- past candidates: a line ``### Candidate <id> | PA <float> bps [| key value ...]``
+- past candidates: a line ``### Candidate <id> | <score> <float> bps [| key value ...]``
+  (``<score>`` is ``PA`` or ``shortfall``, the run's ``loop.score``; higher is better)
   followed (after optional text lines) by a fenced ``python`` block with the candidate's
   code (the block must come before the next markdown heading). Other python blocks (e.g.
   the default implementation) are not candidates. A candidate whose code fails the
-  validator's static stage for the module's slot is never a parent, a header whose PA
-  does not parse as a number is ignored, a non-finite PA (``nan``) ranks last, and of
+  validator's static stage for the module's slot is never a parent, a header whose score
+  does not parse as a number is ignored, a non-finite score (``nan``) ranks last, and of
   two entries with the same id the later one counts.
 
 What it answers, per completion:
 
 - Exploitation, with probability ``1 - explore`` when the prompt has usable candidates:
   a parent is chosen by a size-``tournament`` tournament (draw ``tournament`` candidates
-  uniformly with replacement, keep the highest PA; with two candidates and the default
+  uniformly with replacement, keep the highest score; with two candidates and the default
   size 2 the better one is the parent 3 times in 4) and mutated.
 - Exploration, otherwise: a library program of the slot, drawn uniformly, with each of
   its tunable constants perturbed with probability 1/2 (at least one); a network also
-  gets the ``depth`` and ``activation`` operators below with probability 0.3 each.
+  gets the ``depth``, ``activation`` and ``anchor`` operators below with probability 0.3
+  each.
 
 Mutation operators, applied to the code through :mod:`ast` (the tree locates the nodes;
 edits are spliced into the source at the nodes' positions, so comments and layout
@@ -41,9 +43,10 @@ inverse of the first):
 - ``constants``: multiply one or two tunable constants by ``exp(N(0, sigma))`` (sign
   preserved; floats rounded to 3 significant digits, integers stay integers, widths are
   multiples of 8 in [8, 256]). Tunables are module-level ``UPPER_CASE = <number>``
-  assignments and the numeric field defaults of ``class Network``; code without them
-  falls back to literal floats of the reward (not 0, 1, 1e4, 1e-4, epsilons below 1e-5 or
-  exponents) or the integer widths of ``Dense(...)`` calls of a network. A reward reading
+  assignments and the numeric field defaults of ``class Network`` (but its prior anchor,
+  see ``anchor``); code without them falls back to literal floats of the reward (not 0,
+  1, 1e4, 1e-4, epsilons below 1e-5 or exponents) or the integer widths of ``Dense(...)``
+  calls of a network. A reward reading
   ``params.concentration_penalty`` or ``params.terminal_penalty_bps`` (the default
   reward) may get it lifted into a perturbed module constant.
 - rewards: ``add_term`` inserts a term from :func:`llm.designs.reward_terms` into the
@@ -52,7 +55,12 @@ inverse of the first):
   it used.
 - networks: ``depth`` moves a depth field (``depth``, ``layers``, ``blocks``) or a literal
   ``range(k)`` loop count by one within [1, 4]; ``activation`` replaces every use of one
-  flax activation (``nn.tanh``, ``relu``, ``gelu``, ``silu``, ``elu``) by another.
+  flax activation (``nn.tanh``, ``relu``, ``gelu``, ``silu``, ``elu``) by another;
+  ``anchor`` multiplies the ``prior_anchor_steps`` field of ``class Network`` (the time
+  constant, in steps, with which the TWAP prior pulls the inventory back to schedule;
+  :func:`serl_jax.rl.networks.declared_prior_anchor`) by ``exp(N(0, sigma))``, or
+  declares it with a log-uniform draw in [1, 40] when the class has none (``constants``
+  leaves that field to it).
 
 Every answer passes :func:`llm.validate.check_static` for its slot: a mutation that fails
 it is retried (``max_retries`` times), then the parent is returned unmutated (and the
@@ -60,11 +68,11 @@ description line says so).
 
 ``temperature`` scales the mutation size: ``sigma = 0.5 * temperature`` (capped at 2).
 ``temperature = 0`` is greedy, as for a model: no sampling at all, every completion is the
-highest-PA usable candidate unchanged, or the first library program (the framework's
+highest-scoring usable candidate unchanged, or the first library program (the framework's
 default, ``pa_penalty`` / ``separate_mlp``) unchanged when there is none.
 
 Instruction refinement (``MODULE: InstructionRefinement``): the prompt lists past
-instructions as ``### Instruction <id> | PA <float> bps`` each followed by a ``text``
+instructions as ``### Instruction <id> | <score> <float> bps`` each followed by a ``text``
 block, and the current instruction in a ``text`` block not under such a header. The
 designer takes a base instruction (with probability ``1 - explore`` the tournament winner
 among the past instructions, else the current one; at temperature 0 the best past one),
@@ -116,6 +124,7 @@ INSTRUCTION_HINTS: tuple[str, ...] = (
     "keep every reward term on the default's scale (bps times params.reward_scale)",
     "trade faster when the price is favourable relative to the arrival price",
     "use a shared trunk for the policy and the value",
+    "let deviations from the TWAP schedule persist longer (a larger prior_anchor_steps)",
     "normalize hidden layers with LayerNorm",
     "use residual blocks in the network",
     "encode the private features (time and inventory left) separately from the market features",
@@ -126,6 +135,11 @@ INSTRUCTION_HINTS: tuple[str, ...] = (
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "gelu", "silu", "elu")
 WIDTH_RANGE = (8, 256)
 DEPTH_RANGE = (1, 4)
+#: The network field that sets the action prior's anchor (as
+#: ``serl_jax.rl.networks.PRIOR_ANCHOR_FIELD``; not imported, to keep JAX out of here).
+PRIOR_ANCHOR_FIELD = "prior_anchor_steps"
+#: Where ``anchor`` draws a first ``prior_anchor_steps`` (steps, log-uniform).
+ANCHOR_RANGE = (1.0, 40.0)
 MAX_TERMS = 8
 PROTECTED_TERMS = frozenset({"pa"})
 #: EnvParams fields a reward may read that the constants operator can lift into a module
@@ -137,7 +151,8 @@ LIFTABLE_PARAMS: dict[str, tuple[str, float]] = {
 
 _MODULE_LINE = re.compile(r"^MODULE:[ \t]*(\S+)[ \t]*$")
 _HEADER = re.compile(
-    r"^###[ \t]+(Candidate|Instruction)[ \t]+([^\s|]+)[ \t]*\|[ \t]*PA[ \t]+(\S+)[ \t]+bps\b(.*)$"
+    r"^###[ \t]+(Candidate|Instruction)[ \t]+([^\s|]+)[ \t]*\|[ \t]*(PA|shortfall)[ \t]+(\S+)"
+    r"[ \t]+bps\b(.*)$"
 )
 _HEADING = re.compile(r"^#{1,6}[ \t]")
 _FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)")
@@ -157,13 +172,15 @@ class Candidate:
 
     Attributes:
         id: its id as written in the header (``j2-c3``).
-        pa: its PA in bps (``-inf`` when the prompt gave a non-finite value).
+        score: its score in bps (``-inf`` when the prompt gave a non-finite value).
         code: the body of its fenced block (python code, or instruction text).
+        label: the score's name in the header (``PA`` or ``shortfall``).
     """
 
     id: str
-    pa: float
+    score: float
     code: str
+    label: str = "PA"
 
 
 def _module(prompt: str) -> str:
@@ -195,8 +212,9 @@ def _fenced_blocks(lines: list[str]) -> list[tuple[int, int, str]]:
 
 
 def _parse_headers(prompt: str, what: str, tags: frozenset[str]) -> tuple[list[Candidate], set]:
-    """Headers ``### <what> <id> | PA <x> bps`` with the first block of ``tags`` after them
-    (before the next heading); also returns the open lines of the blocks used."""
+    """Headers ``### <what> <id> | <PA|shortfall> <x> bps`` with the first block of
+    ``tags`` after them (before the next heading); also returns the open lines of the
+    blocks used."""
     lines = prompt.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     blocks = _fenced_blocks(lines)
     inside = {k for start, end, _ in blocks for k in range(start, end + 1)}
@@ -207,11 +225,11 @@ def _parse_headers(prompt: str, what: str, tags: frozenset[str]) -> tuple[list[C
         if i in inside or not m or m.group(1) != what:
             continue
         try:
-            pa = float(m.group(3))
+            score = float(m.group(4))
         except ValueError:
             continue
-        if not math.isfinite(pa):
-            pa = -math.inf
+        if not math.isfinite(score):
+            score = -math.inf
         body = None
         for start, end, tag in blocks:
             if start <= i:
@@ -225,7 +243,7 @@ def _parse_headers(prompt: str, what: str, tags: frozenset[str]) -> tuple[list[C
                 break
         if body is not None and body.strip():
             found.pop(m.group(2), None)  # a repeated id: the later entry wins
-            found[m.group(2)] = Candidate(m.group(2), pa, body)
+            found[m.group(2)] = Candidate(m.group(2), score, body, m.group(3))
     return list(found.values()), used
 
 
@@ -235,7 +253,7 @@ def parse_candidates(prompt: str) -> list[Candidate]:
     Example:
         >>> p = "### Candidate j1-c0 | PA -3.50 bps | WR 0.4\\n```python\\nx = 1\\n```\\n"
         >>> parse_candidates(p)
-        [Candidate(id='j1-c0', pa=-3.5, code='x = 1\\n')]
+        [Candidate(id='j1-c0', score=-3.5, code='x = 1\\n', label='PA')]
     """
     return _parse_headers(prompt, "Candidate", _PYTHON_TAGS)[0]
 
@@ -429,7 +447,9 @@ def _op_constants(
 ) -> _Edit | None:
     """Perturbs tunable constants (one or two; in ``fresh`` mode each with probability 1/2,
     at least one), possibly lifting a reward's ``params.<field>`` into a constant."""
-    sites = [s for s in _named_sites(tree, kind) if s.role != "depth"]
+    # The prior's anchor is the ``anchor`` operator's (one mutation never moves it twice).
+    anchor = f"Network.{PRIOR_ANCHOR_FIELD}"
+    sites = [s for s in _named_sites(tree, kind) if s.role != "depth" and s.label != anchor]
     if not sites:
         sites = _inline_sites(tree, kind)
     lifts = _lift_sites(tree) if kind == "reward" else []
@@ -689,10 +709,55 @@ def _op_depth(
     return src.apply([edit]), f"{site.label} {site.node.value} -> {new}"
 
 
+def _anchor_field(network: ast.ClassDef) -> ast.Constant | None:
+    for stmt in network.body:
+        named = _target_name(stmt)
+        if named and named[0] == PRIOR_ANCHOR_FIELD:
+            return _number(named[1])
+    return None
+
+
+def _op_anchor(
+    code: str, tree: ast.Module, kind: str, sigma: float, rng: random.Random
+) -> _Edit | None:
+    """Moves the ``prior_anchor_steps`` field of ``class Network`` (like ``constants``), or
+    declares it with a log-uniform draw in :data:`ANCHOR_RANGE` when absent."""
+    network = _network_class(tree) if kind == "network" else None
+    if network is None or not network.body:
+        return None
+    src = _Source(code)
+    node = _anchor_field(network)
+    if node is not None:
+        if isinstance(node.value, bool) or node.value <= 0:
+            return None
+        new = _perturb(float(node.value), "float", sigma, rng)
+        if new == node.value:
+            return None
+        edit = (src.start(node), src.end(node), _literal(new))
+        return src.apply([edit]), f"Network.{PRIOR_ANCHOR_FIELD} {node.value!r} -> {new!r}"
+    lo, hi = ANCHOR_RANGE
+    value = _fmt_float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    # After the last field, else after the docstring, else first in the class body.
+    body = network.body
+    fields = [s for s in body if isinstance(s, ast.AnnAssign)]
+    docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    if fields:
+        at = src.line_start(fields[-1].end_lineno + 1)
+    elif docstring:
+        at = src.line_start(body[0].end_lineno + 1)
+    else:
+        at = src.line_start(body[0].lineno)
+    indent = src.line_text(body[0].lineno)[: body[0].col_offset]
+    line = (
+        f"{indent}{PRIOR_ANCHOR_FIELD}: float = {value!r}  # TWAP prior's pull-back time, minutes\n"
+    )
+    return src.apply([(at, at, line)]), f"declared Network.{PRIOR_ANCHOR_FIELD} = {value!r}"
+
+
 _Operator = Callable[..., "_Edit | None"]
 OPERATORS: dict[str, tuple[tuple[_Operator, float], ...]] = {
     "reward": ((_op_constants, 0.55), (_op_add_term, 0.25), (_op_drop_term, 0.2)),
-    "network": ((_op_constants, 0.4), (_op_depth, 0.3), (_op_activation, 0.3)),
+    "network": ((_op_constants, 0.4), (_op_depth, 0.3), (_op_activation, 0.3), (_op_anchor, 0.3)),
 }
 
 
@@ -762,8 +827,8 @@ class OfflineDesigner(Backend):
         designs = library(kind)
         if temperature == 0:
             if candidates:
-                best = max(candidates, key=lambda c: c.pa)
-                note = f"Kept {best.id} ({_pa(best)}) unchanged (temperature 0)."
+                best = max(candidates, key=lambda c: c.score)
+                note = f"Kept {best.id} ({_score(best)}) unchanged (temperature 0)."
                 return _answer(note, best.code)
             d = designs[0]
             note = f"Library {kind} '{d.name}' unchanged (temperature 0): {d.summary}"
@@ -772,14 +837,14 @@ class OfflineDesigner(Backend):
         if candidates and self._rng.random() >= self.explore:
             parent = self._select(candidates)
             code, note = self._mutate(parent.code, kind, sigma)
-            return _answer(f"Mutated {parent.id} ({_pa(parent)}): {note}.", code)
+            return _answer(f"Mutated {parent.id} ({_score(parent)}): {note}.", code)
         design: Design = self._rng.choice(designs)
         code, note = self._fresh(design, kind, sigma)
         return _answer(f"Library {kind} '{design.name}' with {note}: {design.summary}", code)
 
     def _select(self, candidates: list[Candidate]) -> Candidate:
         drawn = [self._rng.randrange(len(candidates)) for _ in range(self.tournament)]
-        return candidates[max(drawn, key=lambda i: (candidates[i].pa, -i))]
+        return candidates[max(drawn, key=lambda i: (candidates[i].score, -i))]
 
     def _mutate(self, code: str, kind: str, sigma: float) -> tuple[str, str]:
         for _ in range(self.max_retries):
@@ -818,7 +883,9 @@ class OfflineDesigner(Backend):
             code, notes = design.code, []
             steps = [partial(_op_constants, fresh=True)]
             if kind == "network":
-                steps += [op for op in (_op_depth, _op_activation) if self._rng.random() < 0.3]
+                steps += [
+                    op for op in (_op_depth, _op_activation, _op_anchor) if self._rng.random() < 0.3
+                ]
             for step in steps:
                 result = step(code, ast.parse(code), kind, sigma, self._rng)
                 if result is not None:
@@ -833,13 +900,13 @@ class OfflineDesigner(Backend):
     def _refine(self, prompt: str, temperature: float) -> str:
         entries, current = _parse_instructions(prompt)
         if temperature == 0:
-            base = max(entries, key=lambda e: e.pa) if entries else None
+            base = max(entries, key=lambda e: e.score) if entries else None
         elif entries and self._rng.random() >= self.explore:
             base = self._select(entries)
         else:
             base = None
         text = (base.code if base else current).strip()
-        source = f"instruction {base.id} ({_pa(base)})" if base else "the current instruction"
+        source = f"instruction {base.id} ({_score(base)})" if base else "the current instruction"
         lines = [line for line in text.split("\n") if line.strip()] if text else []
         held = [i for i, line in enumerate(lines) if _hint_of(line) is not None]
         dropped = None
@@ -868,8 +935,8 @@ def _hint_of(line: str) -> str | None:
     return None
 
 
-def _pa(c: Candidate) -> str:
-    return f"PA {c.pa:.2f} bps"
+def _score(c: Candidate) -> str:
+    return f"{c.label} {c.score:.2f} bps"
 
 
 def _answer(description: str, code: str) -> str:

@@ -1,8 +1,9 @@
 """The Dual-Level Enhancement Kit (DEK) that improves the designer from its scores.
 
-High level (:mod:`llm.dek.high_level`): an instruction buffer of (instruction, code, PA)
-entries, replay of the best past pairs as in-context examples, and macro-micro
-refinement of the instructions by the model itself.
+High level (:mod:`llm.dek.high_level`): an instruction buffer of (instruction, code,
+score) entries (score: the run's ``loop.score``, validation shortfall or PA), replay of
+the best past pairs as in-context examples, and macro-micro refinement of the
+instructions by the model itself.
 
 Low level (:mod:`llm.dek.low_level`): LoRA fine-tuning of a local model by policy
 gradient on the candidates' scores. It needs torch, transformers and peft, so it is not

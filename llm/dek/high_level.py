@@ -1,11 +1,12 @@
 """High-level DEK: the instruction buffer and its in-context replay.
 
-Entries are ``(instruction, code, PA)`` triples of evaluated candidates. The buffer keeps
-the ``capacity`` best by PA (ties: the earlier entry stays first). Prompts replay the
+Entries are ``(instruction, code, score)`` triples of evaluated candidates (the score is
+the run's ``loop.score``: validation shortfall or PA, bps). The buffer keeps the
+``capacity`` best by score (ties: the earlier entry stays first). Prompts replay the
 best ``k`` of a module as in-context examples sorted by ascending score, so the best
 sits closest to the request, as OPRO does (Yang et al., 2023, "Large Language Models as
 Optimizers", Sec. 2.2: "solutions ... sorted in the ascending order" of score).
-Instructions are scored by the best PA of the candidates written under them; the
+Instructions are scored by the best score of the candidates written under them; the
 refinement prompt shows them the same way.
 """
 
@@ -27,7 +28,7 @@ class BufferEntry:
         module: the slot kind (``reward``, ``network``).
         instruction: the instruction text it was written under.
         code: the candidate's code.
-        pa: validation PA, bps (higher is better).
+        score: the validation score (``loop.score``), bps (higher is better).
         metrics: other validation metrics shown with it (``wr``, ``glr``, ``afi``).
     """
 
@@ -35,7 +36,7 @@ class BufferEntry:
     module: str
     instruction: str
     code: str
-    pa: float
+    score: float
     metrics: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,7 +72,7 @@ class InstructionBuffer:
         """Inserts an entry; drops the worst when over capacity (a stable sort keeps the
         earlier of equal scores)."""
         self._entries.append(entry)
-        self._entries.sort(key=lambda e: -e.pa)
+        self._entries.sort(key=lambda e: -e.score)
         del self._entries[self.capacity :]
 
     def best(self, k: int, module: str | None = None) -> list[BufferEntry]:
@@ -80,13 +81,13 @@ class InstructionBuffer:
         return pool[: max(int(k), 0)]
 
     def examples(self, k: int, module: str) -> list[BufferEntry]:
-        """In-context examples for a prompt: the ``k`` best of ``module``, ascending by PA
+        """In-context examples for a prompt: the ``k`` best of ``module``, ascending by score
         (best last, as in OPRO)."""
         return list(reversed(self.best(k, module)))
 
     def instruction_scores(self) -> list[tuple[str, float]]:
-        """Distinct instructions with the best PA obtained under each, best first."""
+        """Distinct instructions with the best score obtained under each, best first."""
         scores: dict[str, float] = {}
         for e in self._entries:
-            scores[e.instruction] = max(scores.get(e.instruction, e.pa), e.pa)
+            scores[e.instruction] = max(scores.get(e.instruction, e.score), e.score)
         return sorted(scores.items(), key=lambda item: -item[1])

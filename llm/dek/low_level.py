@@ -1,9 +1,10 @@
 """Low-level DEK: LoRA fine-tuning of a local designer model by policy gradient.
 
 After each outer iteration the designer's candidates ``c_k`` (completion texts or token
-ids), the prompts ``x_k`` they were sampled from and their scores ``PA_k`` (validation
-price advantage, bps, higher is better) update a LoRA adapter ``phi`` on the frozen base
-model, so that the next iteration samples better code::
+ids), the prompts ``x_k`` they were sampled from and their scores ``PA_k`` (the run's
+``loop.score`` on validation days: mean shortfall or price advantage, bps, higher is
+better; written PA below, as in the seeds) update a LoRA adapter ``phi`` on the frozen
+base model, so that the next iteration samples better code::
 
     from llm.backends.hf import HFBackend
     from llm.dek.low_level import LoRAConfig, LowLevelDEK

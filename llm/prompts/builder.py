@@ -5,8 +5,8 @@ Layout of a design prompt (the offline designer and tests rely on the marked lin
     <macro prompt>
     MODULE: LLM4Reward
     <contract and the default implementation in a python block>
-    ## Past candidates (ascending PA, best last)
-    ### Candidate j1-c0 | PA -18.52 bps | WR 0.40 | GLR 0.9 | AFI 0.000
+    ## Past candidates (ascending shortfall, best last)
+    ### Candidate j1-c0 | shortfall -13.52 bps | PA -18.20 | WR 0.40 | GLR 0.9 | AFI 0.000
     <its instruction>
     ```python
     <its code>
@@ -19,8 +19,11 @@ Layout of a design prompt (the offline designer and tests rely on the marked lin
 
 The refinement prompt (macro-micro refinement of the high-level DEK) starts with
 ``MODULE: InstructionRefinement`` and lists past instructions as
-``### Instruction <n> | PA <x> bps`` followed by a ``text`` block; the answer is the new
-instruction in a ``text`` block (:func:`parse_instruction`).
+``### Instruction <n> | shortfall <x> bps`` followed by a ``text`` block; the answer is
+the new instruction in a ``text`` block (:func:`parse_instruction`).
+
+The score in the headers is the run's ``loop.score``, labelled ``shortfall`` or ``PA``
+(:data:`serl_jax.config.LOOP_SCORES`).
 """
 
 from __future__ import annotations
@@ -56,7 +59,11 @@ _ANSWER_FORMAT = {
 
 def _format_metrics(metrics) -> str:
     parts = []
-    for key, label, fmt in (("wr", "WR", ".2f"), ("glr", "GLR", ".2f"), ("afi", "AFI", ".3f")):
+    shown = (
+        ("pa", "PA", ".2f"), ("shortfall", "shortfall", ".2f"),
+        ("wr", "WR", ".2f"), ("glr", "GLR", ".2f"), ("afi", "AFI", ".3f"),
+    )  # fmt: skip
+    for key, label, fmt in shown:
         value = metrics.get(key)
         if value is not None:
             parts.append(f"{label} {value:{fmt}}")
@@ -69,6 +76,7 @@ def design_prompt(
     instruction: str,
     examples: Sequence[BufferEntry] = (),
     feedback: str = "",
+    score_label: str = "PA",
 ) -> str:
     """The prompt asking for one module's code.
 
@@ -76,8 +84,9 @@ def design_prompt(
         kind: the slot (a key of :data:`llm.prompts.micro.MICRO_PROMPTS`).
         macro: the macro prompt (:func:`llm.prompts.macro.macro_prompt`).
         instruction: the current instruction for this module.
-        examples: in-context examples in the order to show (ascending PA).
+        examples: in-context examples in the order to show (ascending score).
         feedback: reflection text on the previous iteration (may be empty).
+        score_label: the name of the examples' score (``PA`` or ``shortfall``).
 
     Returns:
         The prompt text.
@@ -93,10 +102,11 @@ def design_prompt(
         f"Current default implementation:\n```python\n{micro.default_code.rstrip()}\n```",
     ]
     if examples:
-        shown = ["## Past candidates (ascending PA, best last)"]
+        shown = [f"## Past candidates (ascending {score_label}, best last)"]
         for e in examples:
             shown.append(
-                f"### Candidate {e.candidate_id} | PA {e.pa:.2f} bps{_format_metrics(e.metrics)}\n"
+                f"### Candidate {e.candidate_id} | {score_label} {e.score:.2f} bps"
+                f"{_format_metrics(e.metrics)}\n"
                 f"Instruction: {e.instruction}\n```python\n{e.code.rstrip()}\n```"
             )
         parts.append("\n".join(shown))
@@ -107,7 +117,11 @@ def design_prompt(
 
 
 def refinement_prompt(
-    macro: str, current: str, scored: Sequence[tuple[str, float]], feedback: str = ""
+    macro: str,
+    current: str,
+    scored: Sequence[tuple[str, float]],
+    feedback: str = "",
+    score_label: str = "PA",
 ) -> str:
     """The prompt asking the model to rewrite the design instruction (macro-micro
     refinement).
@@ -115,23 +129,24 @@ def refinement_prompt(
     Args:
         macro: the macro prompt.
         current: the instruction in use.
-        scored: past instructions with the best PA obtained under each, in the order to
-            show (ascending PA, best last).
+        scored: past instructions with the best score obtained under each, in the order
+            to show (ascending, best last).
         feedback: a summary of the last iteration.
+        score_label: the score's name (``PA`` or ``shortfall``).
 
     Returns:
         The prompt text.
     """
     shown = "\n".join(
-        f"### Instruction {i} | PA {pa:.2f} bps\n```text\n{text.strip()}\n```"
-        for i, (text, pa) in enumerate(scored)
+        f"### Instruction {i} | {score_label} {score:.2f} bps\n```text\n{text.strip()}\n```"
+        for i, (text, score) in enumerate(scored)
     )
     parts = [
         macro.rstrip(),
         f"MODULE: {REFINEMENT_MODULE}",
         "You write the instructions that guide the design of reward functions and "
-        "networks for the task above. Past instructions and the best PA reached under "
-        "each (ascending, best last):",
+        "networks for the task above. Past instructions and the best "
+        f"{score_label} reached under each (ascending, best last):",
         shown or "(none yet)",
     ]
     if feedback.strip():
@@ -139,7 +154,7 @@ def refinement_prompt(
     parts.append(
         f"## Current instruction\n```text\n{current.strip()}\n```\n"
         "Write an improved instruction (at most 120 words) that is likely to lead to "
-        "a higher PA. Answer with one ```text block."
+        f"a higher {score_label}. Answer with one ```text block."
     )
     return "\n\n".join(parts) + "\n"
 

@@ -52,13 +52,46 @@ def _table(cls: type, skip: tuple[str, ...] = ()) -> str:
     )
 
 
-def macro_prompt(obs_dim: int, num_features: int, lookback: int) -> str:
+_SCORES = {
+    "pa": "Candidates are ranked by their mean PA over the validation orders.",
+    "shortfall": """\
+Candidates are ranked by their mean shortfall over the validation orders: the part of
+PA paid in spread and impact, side * (P_exec / P_replayed - 1) * 1e4 bps, P_replayed the
+prices the market printed without the agent (negative; higher is better). PA minus
+shortfall is timing, which follows the day's price path and which no design controls
+on a martingale price.""",
+}
+
+_CHILD_ORDERS = {
+    "fixed": "Each child order is a_t * I_t shares.",
+    "participation": """\
+Each child order is a participation (POV) order: it trades the rate a_t * I_t / V_hat of
+the minute's volume as it prints, V_hat a forecast of that volume from earlier bars, so
+it fills a_t * I_t shares when the minute is as busy as forecast, more in a busier one
+and fewer in a quieter one.""",
+}
+
+
+def macro_prompt(
+    obs_dim: int,
+    num_features: int,
+    lookback: int,
+    score: str = "shortfall",
+    child_quantity: str = "participation",
+) -> str:
     """The task description shared by every module's prompt.
 
     Args:
         obs_dim: observation size D the network receives.
         num_features: market features per past slot F.
         lookback: past slots in the observation.
+        score: what ranks candidates (``loop.score``: ``shortfall``, the run default, or
+            ``pa``).
+        child_quantity: the env's child-order type (``env.child_quantity``:
+            ``participation``, the run default, or ``fixed``).
+
+    Raises:
+        KeyError: unknown ``score`` or ``child_quantity``.
 
     Returns:
         Markdown text.
@@ -69,15 +102,18 @@ def macro_prompt(obs_dim: int, num_features: int, lookback: int) -> str:
 You are an RL researcher designing components of a PPO agent that executes a parent
 order: sell (side = +1) or buy (side = -1) Q shares within a window of T one-minute
 slots of a real trading day. At each step t the agent chooses an action a_t in [0, 1],
-the fraction of its remaining inventory I_t to send as a child order; the fill pays half
-the spread plus a temporary impact eta * (q/v)^k in bps, at most a participation cap of
-the minute's volume v; whatever is left at the last step is liquidated with a penalty.
+the fraction of its remaining inventory I_t to send as a child order.
+{_CHILD_ORDERS[child_quantity]}
+The fill pays half the spread plus a temporary impact eta * (q/v)^k in bps, at most a
+participation cap of the minute's volume v; whatever is left at the last step is
+liquidated with a penalty.
 
 Metric (higher is better): the price advantage of each parent order against the
 window's VWAP, PA = side * (P_exec / P_vwap - 1) * 1e4 bps, averaged over validation
 days; also WR (share of orders with PA > 0), GLR (mean gain / mean loss) and AFI (share
 of Q left unfilled). Execution costs make PA negative for a policy that just follows the
 market; TWAP (equal child orders) is the reference to beat.
+{_SCORES[score]}
 
 The code runs inside `jax.jit` and `jax.vmap`: use `jax.numpy` only, no Python `if` on
 array values (use `jnp.where`), no loops over time, float32 outputs, no I/O. Allowed

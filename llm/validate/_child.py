@@ -350,7 +350,10 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
     import jax
     import jax.numpy as jnp
 
+    from serl_jax.rl.networks import declared_prior_anchor
+
     module = entry()
+    anchor = declared_prior_anchor(module)
     key = jax.random.PRNGKey(0)
     shapes = jax.eval_shape(module.init, key, obs)
     n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
@@ -378,6 +381,8 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
     if not (bool(jnp.isfinite(policy).all()) and bool(jnp.isfinite(value).all())):
         raise ValueError("network outputs are not finite (NaN/inf) on real observations")
     note = f"{n_params} parameters, outputs finite on {obs.shape[0]} real observations"
+    if anchor is not None:
+        note += f", prior anchor {anchor:g} steps"
     return note, lambda: apply(variables, obs)
 
 
@@ -396,6 +401,9 @@ def run(request: dict, ready=lambda: None) -> dict:
     guard = _Guard(())
     sys.addaudithook(guard)
     try:
+        # serl_jax.rl.networks (for _check_network) is imported before the guard is armed,
+        # which would deny its file-system access.
+        import serl_jax.rl.networks  # noqa: F401
         from llm.validate import restricted
         from llm.validate.static import StaticError, check_static
 

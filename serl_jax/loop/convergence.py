@@ -1,9 +1,10 @@
-"""The outer loop's stopping rule: an exponential moving average of PA (seeds' defaults).
+"""The outer loop's stopping rule: an exponential moving average of the iteration's best
+score (the seeds' test on PA; ``loop.score`` names the metric, shortfall or PA).
 
-``PA_ema_j = decay * PA_ema_{j-1} + (1 - decay) * PA_j``; the loop stops when
-``|PA_ema_j - PA_ema_{j-1}| < epsilon`` (after ``min_iterations``) or after ``J_max``
+``S_ema_j = decay * S_ema_{j-1} + (1 - decay) * S_j``; the loop stops when
+``|S_ema_j - S_ema_{j-1}| < epsilon`` (after ``min_iterations``) or after ``J_max``
 iterations. The reference candidate of iteration 0 initializes the average:
-``PA_ema_0 = PA_0``.
+``S_ema_0 = S_0``.
 """
 
 from __future__ import annotations
@@ -31,17 +32,17 @@ class EmaConvergence:
     max_iterations: int = 50
     ema: float | None = None
 
-    def update(self, iteration: int, pa: float) -> tuple[float, bool]:
-        """Folds in ``PA_j``; returns ``(PA_ema_j, stop)``.
+    def update(self, iteration: int, score: float) -> tuple[float, bool]:
+        """Folds in ``S_j``; returns ``(S_ema_j, stop)``.
 
         Args:
             iteration: j (0 initializes the average and never stops).
-            pa: PA_j, bps.
+            score: S_j, the iteration's best score, bps.
         """
         if self.ema is None:
-            self.ema = float(pa)
+            self.ema = float(score)
             return self.ema, iteration >= self.max_iterations
         previous = self.ema
-        self.ema = self.decay * previous + (1.0 - self.decay) * float(pa)
+        self.ema = self.decay * previous + (1.0 - self.decay) * float(score)
         converged = iteration >= self.min_iterations and abs(self.ema - previous) < self.epsilon
         return self.ema, converged or iteration >= self.max_iterations

@@ -22,6 +22,7 @@ sample's shapes), so checking the time between chunks would not bound it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterator
@@ -58,7 +59,8 @@ class ProgramResult:
         metrics: validation-day metrics: ``pa``, ``pa_ci`` ([low, high]), ``pa_std``,
             ``wr``, ``glr``, ``afi``, ``shortfall`` (mean spread-and-impact part of PA)
             (bps or ratios; ``None`` where not finite), ``n_orders``,
-            ``validation_pa_per_seed``, ``selected_seed``, and per validation order
+            ``validation_pa_per_seed``, ``selected_seed``, ``prior_anchor_steps`` (the
+            anchor of the action prior it trained with, steps), and per validation order
             ``pa_per_order`` and ``shortfall_per_order`` (bps) for paired comparisons of
             candidates on the same orders.
         reward_term_stats: ``{term: {episode_mean, episode_std, step_mean, step_min,
@@ -143,6 +145,9 @@ def evaluate_program(
     splits, train_params, val_params = _market_params(cfg, market)
     try:
         reward_fn, network = load_program(reward_code, network_code)
+        # A network program may declare its prior's anchor; training, scoring and the
+        # checkpoint's config all use it.
+        cfg = dataclasses.replace(cfg, network=cfg.network.for_network(network))
         env = ExecutionEnv(reward_fn=reward_fn)
         policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
 
@@ -197,6 +202,7 @@ def evaluate_program(
         "validation_pa_per_seed": [_finite(v) for v in trained.validation_pa],
         "selected_seed": seed,
         "shortfall": _finite(costs.mean()),
+        "prior_anchor_steps": cfg.network.prior_anchor_steps,
         "pa_per_order": [float(v) for v in pa],
         "shortfall_per_order": [_finite(v) for v in costs],
     }

@@ -10,9 +10,10 @@ One outer iteration j:
 3. every completion is parsed and validated (both stages, in the sandbox);
 4. each valid candidate is trained with the incumbent (best so far) of the other slot and
    scored on validation days; a rejected or crashed candidate, or one still training at
-   ``loop.train_budget_s``, scores ``loop.failure_pa`` and its error text goes into the
+   ``loop.train_budget_s``, scores ``loop.failure_score`` and its error text goes into the
    next prompt;
-5. ``PA_j`` (the iteration's best score) updates the EMA convergence test;
+5. the iteration's best score (``loop.score``: the validation orders' mean shortfall or
+   PA, bps) updates the EMA convergence test;
 6. with the low-level DEK on, the designer model's LoRA adapter takes a policy-gradient
    step on the iteration's (prompt, completion, score) samples
    (:mod:`llm.dek.low_level`), and the adapter is saved under ``adapters/j<j>/``.
@@ -52,7 +53,7 @@ from llm.prompts import (
     refinement_prompt,
 )
 from llm.validate import Limits, SandboxError, validate
-from serl_jax.config import Config
+from serl_jax.config import LOOP_SCORES, Config
 from serl_jax.loop.convergence import EmaConvergence
 from serl_jax.loop.evaluation import ProgramEvaluator
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore
@@ -128,10 +129,13 @@ def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
         return f"{head}: not evaluated"
     m = cand.metrics
     lo, hi = m.get("pa_ci") or (None, None)
+    anchor = m.get("prior_anchor_steps")
     lines = [
         f"{head}: PA {_fmt(m.get('pa'), '.2f')} bps (95% CI {_fmt(lo, '.2f')} to "
-        f"{_fmt(hi, '.2f')}), WR {_fmt(m.get('wr'), '.2f')}, GLR {_fmt(m.get('glr'), '.2f')}, "
+        f"{_fmt(hi, '.2f')}), shortfall {_fmt(m.get('shortfall'), '.2f')} bps, "
+        f"WR {_fmt(m.get('wr'), '.2f')}, GLR {_fmt(m.get('glr'), '.2f')}, "
         f"AFI {_fmt(m.get('afi'), '.3f')}"
+        + ("" if anchor is None else f", prior anchor {anchor:g} steps")
         + (f" (same program as {cand.duplicate_of})" if cand.duplicate_of else "")
     ]
     paired = m.get("vs_default")
@@ -198,7 +202,11 @@ class SERLLoop:
         self.limits = limits or Limits()
         self.low_level = low_level
         self.log = log or (lambda s: None)
-        self.macro = macro_prompt(obs_dim, num_features, int(cfg.env["lookback"]))
+        self.score_label = LOOP_SCORES[cfg.loop.score]
+        self.macro = macro_prompt(
+            obs_dim, num_features, int(cfg.env["lookback"]), score=cfg.loop.score,
+            child_quantity=str(cfg.env["child_quantity"]),
+        )  # fmt: skip
         self.config_dict = cfg.to_dict()
         #: In-context examples and instruction refinement (the high-level DEK).
         self.high_level = cfg.dek.level in ("high", "both")
@@ -231,7 +239,9 @@ class SERLLoop:
     def _add_to_buffer(self, cand: Candidate) -> None:
         if cand.status != "evaluated" or cand.duplicate_of:
             return
-        metrics = {k: cand.metrics.get(k) for k in ("wr", "glr", "afi")}
+        # The score is in the example's header; the other of PA and shortfall goes along.
+        other = "pa" if self.loop.score == "shortfall" else "shortfall"
+        metrics = {k: cand.metrics.get(k) for k in (other, "wr", "glr", "afi")}
         modules = ("reward", "network") if cand.module == "default" else (cand.module,)
         for module in modules:
             code = cand.reward_code if module == "reward" else cand.network_code
@@ -268,7 +278,9 @@ class SERLLoop:
         refine = self.high_level and self.loop.refine_every > 0
         if refine and j > 1 and (j - 1) % self.loop.refine_every == 0:
             scored = list(reversed(self.buffer.instruction_scores()))
-            prompt = refinement_prompt(self.macro, instruction, scored, feedback)
+            prompt = refinement_prompt(
+                self.macro, instruction, scored, feedback, score_label=self.score_label
+            )
             [completions] = self.backend.generate(
                 [prompt], n=1, temperature=self.loop.temperature,
                 max_new_tokens=self.loop.max_new_tokens,
@@ -288,7 +300,9 @@ class SERLLoop:
             examples = (
                 self.buffer.examples(self.loop.num_examples, module) if self.high_level else []
             )
-            prompt = design_prompt(module, self.macro, instruction, examples, feedback)
+            prompt = design_prompt(
+                module, self.macro, instruction, examples, feedback, score_label=self.score_label
+            )
             [completions] = self.backend.generate(
                 [prompt], n=k, temperature=self.loop.temperature,
                 max_new_tokens=self.loop.max_new_tokens,
@@ -306,7 +320,7 @@ class SERLLoop:
                     cand.status = "rejected"
                     cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
                     cand.error = f"no code: {e}"
-                    cand.score = self.loop.failure_pa
+                    cand.score = self.loop.failure_score
                 cand.reward_code = cand.code if module == "reward" else incumbent.reward_code
                 cand.network_code = cand.code if module == "network" else incumbent.network_code
                 candidates.append((len(prompts) - 1, cand))
@@ -340,7 +354,7 @@ class SERLLoop:
                     else:
                         cand.status = "rejected"
                         cand.error = f"rejected at the {result.stage} stage: {result.reason}"
-                        cand.score = self.loop.failure_pa
+                        cand.score = self.loop.failure_score
                     self.store.update(cand)
                     self._report_candidate(cand)
             except SandboxError as e:
@@ -374,8 +388,9 @@ class SERLLoop:
         for i, result in evaluator.evaluate(tasks):
             cand = batch[i]
             cand.timing.update(result.timing)
-            if result.ok:
-                cand.status, cand.score = "evaluated", result.metrics["pa"]
+            score = result.metrics.get(self.loop.score) if result.ok else None
+            if score is not None:
+                cand.status, cand.score = "evaluated", score
                 cand.metrics, cand.reward_term_stats = result.metrics, result.reward_term_stats
                 reference = next(
                     (c for c in self.store.candidates(0) if c.id == REFERENCE_ID), None
@@ -386,8 +401,9 @@ class SERLLoop:
                     )
                 _write_curves(self.store.candidate_dir(cand.id), result.curves)
             else:
-                cand.status, cand.error = "crashed", result.error
-                cand.score = self.loop.failure_pa
+                cand.status = "crashed"
+                cand.error = result.error or f"non-finite {self.score_label} on validation days"
+                cand.score = self.loop.failure_score
             self.store.update(cand)
             self._add_to_buffer(cand)
             self._report_candidate(cand)
@@ -404,14 +420,14 @@ class SERLLoop:
             note = f" (= {cand.duplicate_of})" if cand.duplicate_of else ""
             paired = (cand.metrics or {}).get("vs_default")
             if paired and not cand.duplicate_of:
-                pa = paired["pa"]
+                diff = paired[self.loop.score]
                 note += (
-                    f", vs {REFERENCE_ID} {_fmt(pa['value'], '+.2f')} "
-                    f"[{_fmt(pa['ci_low'], '+.2f')}, {_fmt(pa['ci_high'], '+.2f')}]"
+                    f", vs {REFERENCE_ID} {_fmt(diff['value'], '+.2f')} "
+                    f"[{_fmt(diff['ci_low'], '+.2f')}, {_fmt(diff['ci_high'], '+.2f')}]"
                 )
             t = cand.timing
             self.log(
-                f"  {cand.id} {cand.module}: PA {cand.score:.2f} bps{note}"
+                f"  {cand.id} {cand.module}: {self.score_label} {cand.score:.2f} bps{note}"
                 + (f" [{t['total']:.0f}s, compile {t['compile']:.0f}s]" if "compile" in t else "")
             )
         elif cand.status in ("rejected", "crashed"):
@@ -426,13 +442,16 @@ class SERLLoop:
     def _finish(self, j: int) -> IterationSummary:
         cands = self.store.candidates(j)
         best = max(cands, key=lambda c: c.score if c.score is not None else -float("inf"))
-        pa = float(best.score)
-        ema, stop = self.convergence.update(j, pa)
+        score = float(best.score)
+        ema, stop = self.convergence.update(j, score)
         summary = IterationSummary(
-            j, pa, ema, best.id if best.status == "evaluated" else None, stop and j > 0
+            j, score, ema, best.id if best.status == "evaluated" else None, stop and j > 0
         )
         self.store.finish_iteration(summary)
-        self.log(f"[j={j}] PA_j {pa:.2f} bps ({summary.best_id}), PA_ema {ema:.2f} bps")
+        label = self.score_label
+        self.log(
+            f"[j={j}] {label}_j {score:.2f} bps ({summary.best_id}), {label}_ema {ema:.2f} bps"
+        )
         return summary
 
     def _low_level_update(self, j: int) -> None:
@@ -479,7 +498,7 @@ class SERLLoop:
         """
         finished = {s.iteration: s for s in self.store.iterations()}
         for s in finished.values():
-            self.convergence.update(s.iteration, s.pa)
+            self.convergence.update(s.iteration, s.score)
         for c in self._evaluated():
             self._add_to_buffer(c)
         updated = self._restore_low_level() if self.low_level is not None else set()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serl_jax.config import Config
+from serl_jax.config import LOOP_SCORES, Config, saved_network_config
 from serl_jax.data import MarketSplits
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
@@ -29,9 +29,11 @@ __all__ = ["write_report"]
 
 
 def _ppo_policy(cfg: Config, store: RunStore, cand: Candidate):
-    network, params, _ = load_policy(store.candidate_dir(cand.id) / "checkpoint")
-    policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
-    return policy, params
+    """A candidate's policy, with the action prior it was trained with (a network program
+    may declare its own anchor, saved in the checkpoint's config)."""
+    network, params, meta = load_policy(store.candidate_dir(cand.id) / "checkpoint")
+    prior = saved_network_config(meta["config"]).prior()
+    return make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=prior), params
 
 
 def _candidate_md(cand: Candidate) -> str:
@@ -41,8 +43,10 @@ def _candidate_md(cand: Candidate) -> str:
         return "n/a" if m.get(key) is None else format(m[key], spec)
 
     head = (
-        f"### {cand.id} ({cand.module}) — validation PA {cand.score:.2f} bps, "
-        f"WR {fmt('wr', '.3f')}, GLR {fmt('glr', '.2f')}, AFI {fmt('afi', '.4f')}"
+        f"### {cand.id} ({cand.module}) — validation PA {fmt('pa', '.2f')} bps, "
+        f"shortfall {fmt('shortfall', '.2f')} bps, WR {fmt('wr', '.3f')}, "
+        f"GLR {fmt('glr', '.2f')}, AFI {fmt('afi', '.4f')}, "
+        f"prior anchor {fmt('prior_anchor_steps', 'g')} steps"
     )
     code = []
     if cand.module in ("reward", "default"):
@@ -144,11 +148,13 @@ def write_report(
     }
     (store.root / "report.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
     (store.root / "results.txt").write_text(table + "\n")
+    label = LOOP_SCORES[cfg.loop.score]
     plot_loop_progress(
         [s.iteration for s in outcome.iterations],
-        [s.pa for s in outcome.iterations],
+        [s.score for s in outcome.iterations],
         [s.ema for s in outcome.iterations],
         store.root / "loop_progress.png",
+        label=label,
     )
     lines = [
         f"# SE-RL run on {splits.name}",
@@ -158,10 +164,12 @@ def write_report(
         f"{outcome.candidates_per_hour:.0f} candidates/hour, "
         f"{outcome.compile_share:.0%} of candidate time compiling.",
         "",
-        "| j | PA_j (bps) | PA_ema (bps) | best |",
+        f"Candidates are ranked by their mean validation {label} (`loop.score`).",
+        "",
+        f"| j | {label}_j (bps) | {label}_ema (bps) | best |",
         "|---|---|---|---|",
         *(
-            f"| {s.iteration} | {s.pa:.2f} | {s.ema:.2f} | {s.best_id} |"
+            f"| {s.iteration} | {s.score:.2f} | {s.ema:.2f} | {s.best_id} |"
             for s in outcome.iterations
         ),  # fmt: skip
         "",
@@ -172,7 +180,7 @@ def write_report(
         table,
         "```",
         "",
-        f"## Top {min(top, len(ranked))} candidates (validation PA)",
+        f"## Top {min(top, len(ranked))} candidates (validation {label})",
         "",
         *(_candidate_md(c) + "\n" for c in ranked[:top]),
     ]

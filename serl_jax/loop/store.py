@@ -13,7 +13,8 @@ crashed`` and only the unfinished steps are redone. Layout of a run folder::
 
 Tables: ``meta(key, value)``; ``prompts(id, iteration, module, purpose, prompt,
 completions, result)``; ``candidates`` (one row per candidate: the record of
-:class:`Candidate`); ``iterations(iteration, pa, ema, best_id, converged)``;
+:class:`Candidate`); ``iterations(iteration, pa, ema, best_id, converged)`` (column ``pa`` holds the
+iteration's best score, whatever ``loop.score`` names: the name predates the option);
 ``dek_updates(iteration, stats, adapter)`` (low-level DEK: one LoRA update per finished
 iteration, its adapter folder under ``adapters/``).
 """
@@ -78,7 +79,8 @@ class Candidate:
         metrics: validation-day metrics (``pa``, ``wr``, ``glr``, ``afi``, ... bps/ratios).
         reward_term_stats: per reward term statistics (see :mod:`serl_jax.loop.evaluation`).
         error: why it failed (parse, validation or training error), "" if it did not.
-        score: PA used for ranking, bps (``loop.failure_pa`` for a failed candidate).
+        score: the metric ``loop.score`` names (validation shortfall or PA), used for
+            ranking, bps (``loop.failure_score`` for a failed candidate).
         duplicate_of: id of an earlier candidate with the same program (not retrained).
         timing: seconds spent: ``validate``, ``compile``, ``train``, ``evaluate``.
     """
@@ -119,14 +121,15 @@ class IterationSummary:
 
     Attributes:
         iteration: j.
-        pa: PA_j, the best validation PA among the iteration's candidates, bps.
-        ema: PA_ema_j after this iteration, bps.
-        best_id: the candidate that reached ``pa`` (None if all failed).
+        score: the best validation score (``loop.score``) among the iteration's
+            candidates, bps.
+        ema: the score's moving average after this iteration, bps.
+        best_id: the candidate that reached ``score`` (None if all failed).
         converged: the convergence test stopped the loop here.
     """
 
     iteration: int
-    pa: float
+    score: float
     ema: float
     best_id: str | None
     converged: bool
@@ -305,7 +308,7 @@ class RunStore:
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO iterations VALUES (?, ?, ?, ?, ?, ?)",
-                (summary.iteration, summary.pa, summary.ema, summary.best_id,
+                (summary.iteration, summary.score, summary.ema, summary.best_id,
                  int(summary.converged), time.time()),
             )  # fmt: skip
 

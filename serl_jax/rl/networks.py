@@ -10,12 +10,20 @@ units).
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 from collections.abc import Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
+
+#: The optional field with which a network program sets its action prior's anchor.
+PRIOR_ANCHOR_FIELD = "prior_anchor_steps"
+#: Largest anchor a program may declare, steps (a day has at most 390 one-minute steps).
+MAX_PRIOR_ANCHOR_STEPS = 1000.0
 
 
 class ActorCritic(nn.Module):
@@ -64,3 +72,34 @@ def make_network(hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh
             f"network.activation: unknown {activation!r}; use one of {sorted(ACTIVATIONS)}"
         )
     return ActorCritic(tuple(hidden_sizes), activation)
+
+
+def declared_prior_anchor(network: nn.Module) -> float | None:
+    """The anchor of the TWAP action prior that a network program declares, if any.
+
+    A network module may declare the field ``prior_anchor_steps`` (k, in steps): the agent
+    design then sets the time constant with which the prior pulls the inventory back to
+    the TWAP schedule (:func:`serl_jax.envs.execution.twap_action_prior`; 0: catch up in
+    one step), in place of ``network.prior_anchor_steps`` of the run configuration. Only
+    a dataclass field counts (a flax module's fields), so reading it runs no program code.
+
+    Args:
+        network: a flax module (the framework's or a validated program's ``Network()``).
+
+    Returns:
+        k as a float, or None when the module declares no such field.
+
+    Raises:
+        ValueError: the declared value is not a real number in
+            ``[0, MAX_PRIOR_ANCHOR_STEPS]`` (one line naming the field and the value).
+    """
+    if PRIOR_ANCHOR_FIELD not in {f.name for f in dataclasses.fields(network)}:
+        return None
+    value = network.__dict__.get(PRIOR_ANCHOR_FIELD)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or not (math.isfinite(value) and 0.0 <= value <= MAX_PRIOR_ANCHOR_STEPS):
+        raise ValueError(
+            f"network field {PRIOR_ANCHOR_FIELD}: expected a number of steps in "
+            f"[0, {MAX_PRIOR_ANCHOR_STEPS:g}], got {value!r}"
+        )
+    return float(value)

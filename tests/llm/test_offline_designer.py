@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import random
 import re
 import subprocess
 import sys
@@ -22,11 +23,12 @@ import numpy as np
 import pytest
 
 from llm.backends import BackendError, make_backend
-from llm.backends.offline import OfflineDesigner, parse_candidates
+from llm.backends.offline import OfflineDesigner, _op_anchor, parse_candidates
 from llm.designs import library, reward_terms
 from llm.parsing import extract_code
 from llm.validate import Limits, check_static, load_validated, validate
 from serl_jax.envs import EnvParams, ExecutionEnv
+from serl_jax.rl.networks import declared_prior_anchor
 
 PROGRAMS = Path(__file__).parent / "programs"
 TEST_LIMITS = Limits(wall_time_s=60.0, cpu_time_s=20)
@@ -265,7 +267,7 @@ def test_candidate_parsing_skips_unusable_entries():
     )
     parsed = {c.id: c for c in parse_candidates(prompt)}
     assert set(parsed) == {"bad-1", "nan-1"}  # none-1's block is under another heading
-    assert parsed["nan-1"].pa == -np.inf and parsed["nan-1"].code == good
+    assert parsed["nan-1"].score == -np.inf and parsed["nan-1"].code == good
     [completions] = make_backend("offline", explore=0.0).generate([prompt], n=10)
     assert all(c.startswith("Mutated nan-1 ") for c in completions)
 
@@ -383,3 +385,49 @@ def test_description_names_the_change():
     notes = [c.split("\n", 1)[0] for c in completions]
     assert all(n.startswith("Mutated j2-c3 (PA -12.40 bps): ") for n in notes)
     assert any(re.search(r"[A-Z_]+ [\d.e+-]+ -> [\d.e+-]+", n) for n in notes)
+
+
+def test_anchor_operator_declares_then_moves_the_prior_anchor():
+    rng = random.Random(0)
+    no_fields = (
+        "import flax.linen as nn\n\n\nclass Network(nn.Module):\n"
+        '    """A docstring."""\n\n    @nn.compact\n    def __call__(self, obs):\n'
+        "        p = nn.Dense(2)(obs)\n        return p, p[..., 0]\n"
+    )
+    for code in [d.code for d in library("network")] + [no_fields]:
+        declared, note = _op_anchor(code, ast.parse(code), "network", 0.4, rng)
+        assert note.startswith("declared Network.prior_anchor_steps = ")
+        check_static(declared, "network")
+        k = declared_prior_anchor(load_validated(declared, "network"))
+        assert 1.0 <= k <= 40.0 and note.endswith(repr(k))
+        moved, note = _op_anchor(declared, ast.parse(declared), "network", 0.4, rng)
+        k2 = declared_prior_anchor(load_validated(moved, "network"))
+        assert k2 != k and note == f"Network.prior_anchor_steps {k!r} -> {k2!r}"
+        assert moved.count("prior_anchor_steps") == 1
+    docstring_first = _op_anchor(no_fields, ast.parse(no_fields), "network", 0.4, rng)[0]
+    network = ast.parse(docstring_first).body[-1]
+    assert ast.get_docstring(network) == "A docstring."
+    assert network.body[1].target.id == "prior_anchor_steps"
+    assert _op_anchor(library("reward")[0].code, ast.parse("x = 1"), "reward", 0.4, rng) is None
+
+
+def test_shortfall_scores_are_read_and_echoed():
+    parent = library("reward")[0].code
+    prompt = design_prompt("reward", [("j2-c3", -12.4, parent)]).replace(
+        "| PA -12.40 bps", "| shortfall -12.40 bps"
+    )
+    [candidate] = parse_candidates(prompt)
+    assert (candidate.id, candidate.score, candidate.label) == ("j2-c3", -12.4, "shortfall")
+    [completions] = make_backend("offline", seed=3, explore=0.0).generate([prompt], n=3)
+    assert all(c.startswith("Mutated j2-c3 (shortfall -12.40 bps): ") for c in completions)
+
+
+def test_a_mutation_moves_the_prior_anchor_at_most_once():
+    anchored = library("network")[0].code.replace(
+        "    depth: int = 2", "    prior_anchor_steps: float = 6.0\n    depth: int = 2"
+    )
+    prompt = design_prompt("network", [("j1-c0", -17.0, anchored)])
+    [completions] = make_backend("offline", seed=4, explore=0.0).generate([prompt], n=40)
+    notes = [c.split("\n", 1)[0] for c in completions]
+    moved = [n for n in notes if "prior_anchor_steps" in n]
+    assert moved and all(n.count("prior_anchor_steps") == 1 for n in moved)

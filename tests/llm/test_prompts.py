@@ -151,3 +151,18 @@ def test_refinement_prompt_and_parse_instruction():
 def test_default_code_is_what_extract_code_returns():
     for code in DEFAULT_CODE.values():
         assert extract_code(f"Here:\n```python\n{code}```") == code
+
+
+def test_prompts_name_the_score_that_ranks_candidates():
+    assert "ranked by their mean shortfall over the validation orders" in MACRO
+    assert "participation (POV) order" in MACRO
+    by_pa = macro_prompt(54, 5, 10, score="pa", child_quantity="fixed")
+    assert "ranked by their mean PA over the validation orders" in by_pa
+    assert "Each child order is a_t * I_t shares." in by_pa and "POV" not in by_pa
+    entry = BufferEntry("j1-c0", "reward", "i", "x = 1\n", -17.4, {"pa": -19.8, "wr": 0.4})
+    prompt = design_prompt("reward", MACRO, "Do X.", [entry], score_label="shortfall")
+    assert "## Past candidates (ascending shortfall, best last)" in prompt
+    assert "### Candidate j1-c0 | shortfall -17.40 bps | PA -19.80 | WR 0.40" in prompt
+    refine = refinement_prompt(MACRO, "now", [("old", -17.5)], score_label="shortfall")
+    assert "### Instruction 0 | shortfall -17.50 bps" in refine and "a higher shortfall" in refine
+    assert "prior_anchor_steps" in MICRO_PROMPTS["network"].contract

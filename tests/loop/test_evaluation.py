@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,42 @@ def test_a_diverging_reward_crashes_with_a_reason(config):
 def test_code_failing_stage_one_is_refused_at_load(config):
     result = evaluate_program(config, MARKET, "import os\n", DEFAULT_CODE["network"])
     assert not result.ok and "import of 'os' is not allowed" in result.error
+
+
+def test_a_network_program_sets_its_prior_anchor(config, default_result, tmp_path):
+    # The default network declaring k = 12 trains and scores exactly as the default
+    # network under network.prior_anchor_steps=12 (the field adds no parameters), and
+    # differently from k = 5; the checkpoint keeps k for evaluation.
+    assert default_result[0].metrics["prior_anchor_steps"] == 5.0
+    declared = DEFAULT_CODE["network"].replace(
+        "    depth: int = 2  # hidden layers per MLP\n",
+        "    depth: int = 2  # hidden layers per MLP\n    prior_anchor_steps: float = 12.0\n",
+    )
+    assert declared != DEFAULT_CODE["network"]
+    ours = evaluate_program(
+        config, MARKET, DEFAULT_CODE["reward"], declared, str(tmp_path / "declared")
+    )
+    configured = {**config, "network": {**config["network"], "prior_anchor_steps": 12.0}}
+    reference = evaluate_program(
+        configured, MARKET, DEFAULT_CODE["reward"], DEFAULT_CODE["network"]
+    )
+    assert ours.ok and reference.ok
+    assert ours.metrics["prior_anchor_steps"] == 12.0
+    assert ours.metrics["pa_per_order"] == pytest.approx(reference.metrics["pa_per_order"])
+    assert ours.metrics["pa_per_order"] != pytest.approx(
+        default_result[0].metrics["pa_per_order"], abs=1e-3
+    )
+    saved = json.loads((tmp_path / "declared" / "checkpoint" / "policy.json").read_text())
+    assert saved["config"]["network"]["prior_anchor_steps"] == 12.0
+
+
+def test_an_out_of_range_anchor_fails_the_candidate(config):
+    bad = DEFAULT_CODE["network"].replace(
+        "    depth: int = 2  # hidden layers per MLP\n",
+        "    depth: int = 2  # hidden layers per MLP\n    prior_anchor_steps: float = 5000.0\n",
+    )
+    result = evaluate_program(config, MARKET, DEFAULT_CODE["reward"], bad)
+    assert not result.ok
+    assert "network field prior_anchor_steps: expected a number of steps in [0, 1000]" in (
+        result.error
+    )

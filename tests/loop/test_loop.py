@@ -9,6 +9,7 @@ prompt (iteration 3 at ``refine_every=2``, so not reached here) is scripted anyw
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -117,7 +118,7 @@ def test_statuses_and_errors(resumed_run):
         assert by_id[f"j{j}-c3"].validation["stage"] == "static"
         assert "'os'" in by_id[f"j{j}-c3"].error
         for c in (by_id[f"j{j}-c1"], by_id[f"j{j}-c3"]):
-            assert c.score == -100.0  # loop.failure_pa
+            assert c.score == -100.0  # loop.failure_score
     assert by_id["j1-c0"].status == "evaluated"
     stats = by_id["j1-c0"].reward_term_stats
     assert set(stats) == {"concentration", "pa", "terminal", "total", "history"}
@@ -132,7 +133,8 @@ def test_errors_and_reflection_are_fed_back(resumed_run):
         assert "import of 'os' is not allowed" in text
         assert "j1-c1 (reward): rejected at the parse stage" in text
         assert "reward terms, mean per episode" in text and "concentration:" in text
-        assert "### Candidate j0-default | PA" in text  # the reference as an example
+        # the reference as an example, ranked by the default score, with its PA
+        assert re.search(r"### Candidate j0-default \| shortfall -[\d.]+ bps \| PA -[\d.]+", text)
     first = store.prompts(1)[0]["prompt"]
     assert "## Feedback" in first and "j0-default (default): PA" in first
 
@@ -162,8 +164,17 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
     md = (run_dir / "report.md").read_text()
     assert best.id in md and "```python" in md
     assert (run_dir / "loop_progress.png").stat().st_size > 1000
-    pas = [s.pa for s in store.iterations()]
-    assert pas[0] == store.candidates(0)[0].score
+    scores = [s.score for s in store.iterations()]
+    assert scores[0] == store.candidates(0)[0].score
+    for cand in evaluated:  # loop.score: the mean validation shortfall
+        assert cand.score == cand.metrics["shortfall"] < 0
+    # j1-c2 (ok_small_mlp_network) declares its prior's anchor; its checkpoint keeps it.
+    net = next(c for c in evaluated if c.id == "j1-c2")
+    assert net.metrics["prior_anchor_steps"] == 12.0
+    meta = json.loads((run_dir / "candidates/j1-c2/checkpoint/policy.json").read_text())
+    assert meta["config"]["network"]["prior_anchor_steps"] == 12.0
+    assert "prior anchor 12 steps" in net.validation["reason"]
+    assert "| j | shortfall_j (bps) | shortfall_ema (bps) | best |" in md
     # every evaluated candidate is paired with j0-default on the same validation orders
     reference = store.candidates(0)[0]
     for cand in evaluated:
@@ -267,12 +278,12 @@ def test_a_candidate_past_its_training_budget_fails_and_the_loop_goes_on(tmp_pat
     assert [c.module for c in j1] == ["reward", "network"]
     for cand in j1:
         assert cand.validation["ok"] is True
-        assert cand.status == "crashed" and cand.score == -100.0  # loop.failure_pa
+        assert cand.status == "crashed" and cand.score == -100.0  # loop.failure_score
         assert cand.error == (
             "training exceeded its wall-clock budget of 2 s (loop.train_budget_s) and was stopped"
         )
         assert 2.0 <= cand.timing["total"] < 10.0
-    assert [(s.iteration, s.pa, s.best_id) for s in store.iterations()] == [
+    assert [(s.iteration, s.score, s.best_id) for s in store.iterations()] == [
         (0, -20.0, "j0-default"),
         (1, -100.0, None),
     ]
