@@ -193,7 +193,12 @@ class LoopConfig:
         ema_decay: decay of the score's moving average (seeds: 0.9).
         epsilon_bps: stop when the score's moving average moves less than this (seeds:
             0.1 bps).
-        failure_score: score, bps, given to a rejected or crashed candidate.
+        failure_score: score, bps, of a candidate that passed validation but failed in
+            training or scoring (crashed, non-finite, over its budget).
+        failure_stage_step: bps taken off ``failure_score`` for each stage a failed
+            candidate did not reach (runtime validation: one step, static: two, parse:
+            three), so that failures are ranked by how far the code got; 0: one score for
+            every failure.
         temperature: sampling temperature of the designer.
         max_new_tokens: the most tokens per completion.
         buffer_size: entries kept in the instruction buffer (best by score).
@@ -225,6 +230,10 @@ class LoopConfig:
             raise ValueError(f"loop.ema_decay: must be in [0, 1), got {self.ema_decay}")
         if self.train_budget_s < 0:
             raise ValueError(f"loop.train_budget_s: must be >= 0, got {self.train_budget_s}")
+        if self.failure_stage_step < 0:
+            raise ValueError(
+                f"loop.failure_stage_step: must be >= 0, got {self.failure_stage_step}"
+            )
         if self.score not in LOOP_SCORES:
             raise ValueError(f"loop.score: expected one of {list(LOOP_SCORES)}, got {self.score!r}")
 
@@ -239,6 +248,7 @@ class LoopConfig:
     epsilon_bps: float = 0.1
     score: str = "shortfall"
     failure_score: float = -100.0
+    failure_stage_step: float = 10.0
     temperature: float = 0.8
     max_new_tokens: int = 1024
     buffer_size: int = 32

@@ -1,9 +1,12 @@
 """A local transformers causal LM as a backend (the ``hf:<path or name>`` spec).
 
-Loads ``AutoTokenizer`` and ``AutoModelForCausalLM`` from a local folder or from the local
-Hugging Face cache; nothing is downloaded unless ``local_files_only=False``::
+Loads ``AutoTokenizer`` and ``AutoModelForCausalLM`` from a local folder, a GGUF file
+(llama.cpp's format, as Ollama and LM Studio store models: dequantized on load by
+transformers with the ``gguf`` package) or the local Hugging Face cache; nothing is
+downloaded unless ``local_files_only=False``::
 
     backend = HFBackend("/models/Qwen2.5-Coder-1.5B-Instruct", device="cuda", dtype="bfloat16")
+    backend = HFBackend("/models/SmolLM2-135M-Instruct.Q4_1.gguf")  # or its folder
     prompt = "Write a reward function ..."
     [[c0, c1]] = backend.generate([prompt], n=2)
 
@@ -67,6 +70,41 @@ def _looks_like_path(path_or_name: str) -> bool:
     return path_or_name.startswith(("/", ".", "~")) or path_or_name.count("/") > 1
 
 
+def _resolve_source(path_or_name: str) -> tuple[str, str | None, bool]:
+    """``(folder or Hub id, GGUF file name or None, is local)`` for a model spec.
+
+    A ``.gguf`` file loads from its folder with ``gguf_file``; a folder without
+    ``config.json`` holding exactly one ``.gguf`` file loads that file.
+
+    Raises:
+        BackendError: a missing path, a file that is not ``.gguf``, or a folder with
+            several GGUF files and no ``config.json``.
+    """
+    local = Path(path_or_name).expanduser()
+    if local.suffix.lower() == ".gguf":
+        if not local.is_file():
+            raise BackendError(f"hf backend: no GGUF model file at {path_or_name}")
+        return str(local.parent), local.name, True
+    if local.is_dir():
+        ggufs = sorted(p.name for p in local.glob("*.gguf"))
+        if (local / "config.json").is_file() or not ggufs:
+            return str(local), None, True
+        if len(ggufs) > 1:
+            raise BackendError(
+                f"hf backend: {path_or_name} holds several GGUF files ({', '.join(ggufs)}) "
+                "and no config.json; pass one of the files"
+            )
+        return str(local), ggufs[0], True
+    if local.exists():
+        raise BackendError(
+            f"hf backend: {path_or_name} is a file but not a .gguf model; pass a model "
+            "folder or a .gguf file"
+        )
+    if _looks_like_path(path_or_name):
+        raise BackendError(f"hf backend: no model folder at {path_or_name}")
+    return path_or_name, None, False
+
+
 def _torch_dtype(dtype: str | None) -> str | torch.dtype:
     """``None`` -> ``"auto"`` (the checkpoint's dtype); a torch floating dtype name -> it."""
     if dtype is None or dtype == "auto":
@@ -107,8 +145,11 @@ class HFBackend(Backend):
 
     Args:
         path_or_name: a model folder (``config.json``, weights and tokenizer files, as
-            written by ``save_pretrained``) or a Hub id (``org/name``) already in the local
-            Hugging Face cache.
+            written by ``save_pretrained``), a ``.gguf`` file (tokenizer, chat template and
+            weights from the one file, dequantized to ``dtype`` or float32; architectures
+            transformers supports for GGUF: Llama, Mistral, Qwen2, Phi-3, Gemma, ...), a
+            folder holding exactly one ``.gguf`` file and no ``config.json``, or a Hub id
+            (``org/name``) already in the local Hugging Face cache.
         device: torch device for the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...).
         dtype: parameter dtype: ``None`` or ``"auto"`` (the checkpoint's dtype),
             ``"float32"``, ``"bfloat16"``, ``"float16"``.
@@ -126,7 +167,8 @@ class HFBackend(Backend):
         uses_chat_template: whether prompts are formatted with the tokenizer's chat template.
 
     Raises:
-        BackendError: the folder or cached model is missing or cannot be loaded, an unknown
+        BackendError: the folder, GGUF file or cached model is missing or cannot be loaded
+            (truncated, unsupported architecture, the ``gguf`` package missing), an unknown
             or unavailable ``device`` (or the model does not fit on it), an unknown
             ``dtype``, or a tokenizer with neither a pad nor an EOS token.
     """
@@ -145,25 +187,26 @@ class HFBackend(Backend):
         system_prompt: str | None = None,
     ) -> None:
         path_or_name = str(path_or_name).strip()
-        local = Path(path_or_name).expanduser()
-        if local.exists():
-            source = str(local)
-        elif _looks_like_path(path_or_name):
-            raise BackendError(f"hf backend: no model folder at {path_or_name}")
-        else:
-            source = path_or_name
+        source, gguf_file, is_local = _resolve_source(path_or_name)
         try:
             self.device = torch.device(device)
         except RuntimeError as e:
             raise BackendError(f"hf backend: bad device {device!r} ({_one_line(e)})") from None
         torch_dtype = _torch_dtype(dtype)
         options = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
+        if gguf_file is not None:
+            options["gguf_file"] = gguf_file
+        where = "GGUF model" if gguf_file else "model folder" if is_local else "model"
+        cache = "" if is_local or not local_files_only else " (local cache only)"
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, **options)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
-        except (OSError, ValueError) as e:
-            where = "model folder" if local.exists() else "model"
-            cache = "" if local.exists() or not local_files_only else " (local cache only)"
+        except ImportError as e:  # for a GGUF file: the gguf package is missing
+            raise BackendError(
+                f"hf backend: cannot load {where} {path_or_name}: {_one_line(e)}"
+            ) from None
+        # A truncated or corrupt GGUF file fails inside the gguf reader with any of these.
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
             raise BackendError(
                 f"hf backend: cannot load {where} {path_or_name}{cache}: {_one_line(e)}"
             ) from None

@@ -10,7 +10,8 @@ One outer iteration j:
 3. every completion is parsed and validated (both stages, in the sandbox);
 4. each valid candidate is trained with the incumbent (best so far) of the other slot and
    scored on validation days; a rejected or crashed candidate, or one still training at
-   ``loop.train_budget_s``, scores ``loop.failure_score`` and its error text goes into the
+   ``loop.train_budget_s``, scores ``loop.failure_score`` (less
+   ``loop.failure_stage_step`` per stage it did not reach) and its error text goes into the
    next prompt;
 5. the iteration's best score (``loop.score``: the validation orders' mean shortfall or
    PA, bps) updates the EMA convergence test;
@@ -81,6 +82,10 @@ class LoopOutcome:
     reason: str
     candidates_per_hour: float
     compile_share: float
+
+
+#: Where a candidate can fail, in order (validation stages, then training and scoring).
+FAILURE_STAGES = ("parse", "static", "runtime", "training")
 
 
 def _program_key(reward_code: str, network_code: str) -> str:
@@ -249,6 +254,15 @@ class SERLLoop:
                 BufferEntry(cand.id, module, cand.instruction, code, cand.score, metrics)
             )
 
+    def _failure_score(self, stage: str) -> float:
+        """The score of a candidate that failed at ``stage`` (``parse``, ``static``,
+        ``runtime`` or ``training``): ``loop.failure_score`` for a training failure and
+        ``loop.failure_stage_step`` bps less for each stage earlier, so that selection and
+        the low-level DEK's policy gradient prefer code that got further (with one score
+        for every failure, a model writing only invalid code would get no gradient)."""
+        earlier = len(FAILURE_STAGES) - 1 - FAILURE_STAGES.index(stage)
+        return self.loop.failure_score - self.loop.failure_stage_step * earlier
+
     # -- steps -------------------------------------------------------------------------
     def _propose_reference(self) -> None:
         cand = Candidate(
@@ -320,7 +334,7 @@ class SERLLoop:
                     cand.status = "rejected"
                     cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
                     cand.error = f"no code: {e}"
-                    cand.score = self.loop.failure_score
+                    cand.score = self._failure_score("parse")
                 cand.reward_code = cand.code if module == "reward" else incumbent.reward_code
                 cand.network_code = cand.code if module == "network" else incumbent.network_code
                 candidates.append((len(prompts) - 1, cand))
@@ -354,7 +368,7 @@ class SERLLoop:
                     else:
                         cand.status = "rejected"
                         cand.error = f"rejected at the {result.stage} stage: {result.reason}"
-                        cand.score = self.loop.failure_score
+                        cand.score = self._failure_score(result.stage)
                     self.store.update(cand)
                     self._report_candidate(cand)
             except SandboxError as e:
@@ -403,7 +417,7 @@ class SERLLoop:
             else:
                 cand.status = "crashed"
                 cand.error = result.error or f"non-finite {self.score_label} on validation days"
-                cand.score = self.loop.failure_score
+                cand.score = self._failure_score("training")
             self.store.update(cand)
             self._add_to_buffer(cand)
             self._report_candidate(cand)

@@ -7,8 +7,8 @@ import pytest
 from llm.dek import BufferEntry, InstructionBuffer
 
 
-def entry(cid, pa, module="reward", instruction="i0"):
-    return BufferEntry(cid, module, instruction, f"# {cid}", pa)
+def entry(cid, score, module="reward", instruction="i0"):
+    return BufferEntry(cid, module, instruction, f"# {cid}", score)
 
 
 def test_buffer_keeps_the_best_and_replays_them_ascending():
@@ -29,7 +29,7 @@ def test_buffer_filters_by_module_and_scores_instructions():
     assert [e.candidate_id for e in buf.examples(5, "network")] == ["n1"]
     assert buf.instruction_scores() == [("A", -19.0), ("B", -22.0)]
     assert buf.best(0) == []
-    assert entry("x", 1.0).to_dict()["pa"] == 1.0
+    assert entry("x", 1.0).to_dict()["score"] == 1.0
 
 
 def test_buffer_capacity_must_be_positive():

