@@ -3,8 +3,9 @@
 A *program* is a pair of validated codes, one per slot (reward, network). It is defined
 in restricted globals (:func:`llm.validate.load_validated`), compiled into the jitted PPO
 through the reward and network slots, trained over ``run.num_seeds`` vmapped seeds on the
-training days, and scored on the validation days by PA, WR, GLR and AFI (the seed with
-the best validation PA is kept, as in plain training).
+training days, and scored on the validation days by PA, shortfall, WR, GLR and AFI (the
+seed with the best validation PA is kept, as in plain training; the loop ranks programs
+by ``loop.score``).
 
 Reward reflection (Eureka, Ma et al. 2023, Sec. 3.3): after every jitted chunk of
 updates the current policies run the validation days once and the reward's named terms

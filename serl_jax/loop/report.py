@@ -1,9 +1,10 @@
 """The final report of an SE-RL run: top candidates and the test-day comparison.
 
-The best candidate (highest validation PA) and the reference ``j0-default`` (the
-default PPO, trained with the same budget) are reloaded from their checkpoints and run
-on the test days next to the baselines through the same rollout; the best is compared
-with the default PPO on the same orders (paired, on validation and test days). Writes
+The best candidate (highest validation score, ``loop.score``) and the reference
+``j0-default`` (the default PPO, trained with the same budget) are reloaded from their
+checkpoints, each with the action prior it trained with, and run on the test days next
+to the baselines through the same rollout; the best is compared with the default PPO on
+the same orders (paired, on validation and test days). Writes
 ``report.md`` (top candidates with code and metrics, the table), ``report.json`` and
 ``results.txt`` into the run folder, and marks the run finished.
 """
