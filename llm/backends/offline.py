@@ -46,9 +46,9 @@ inverse of the first):
   assignments and the numeric field defaults of ``class Network`` (but its prior anchor,
   see ``anchor``); code without them falls back to literal floats of the reward (not 0,
   1, 1e4, 1e-4, epsilons below 1e-5 or exponents) or the integer widths of ``Dense(...)``
-  calls of a network. A reward reading
-  ``params.concentration_penalty`` or ``params.terminal_penalty_bps`` (the default
-  reward) may get it lifted into a perturbed module constant.
+  calls of a network. A reward reading ``params.concentration_penalty`` or
+  ``params.terminal_penalty_bps`` (the default reward) may get it lifted into a perturbed
+  module constant.
 - rewards: ``add_term`` inserts a term from :func:`llm.designs.reward_terms` into the
   returned dict (with its constants and helper lines, at most 8 terms), ``drop_term``
   removes one (never the last, never ``pa``) and then the helper lines and constants only
@@ -728,7 +728,7 @@ def _op_anchor(
     src = _Source(code)
     node = _anchor_field(network)
     if node is not None:
-        if isinstance(node.value, bool) or node.value <= 0:
+        if node.value <= 0:  # k = 0 (one-step catch-up) cannot be scaled
             return None
         new = _perturb(float(node.value), "float", sigma, rng)
         if new == node.value:
