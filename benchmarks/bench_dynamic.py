@@ -9,8 +9,10 @@ market (``configs/market/cn_1min.yaml``; market child orders). Two tables:
 1. Throughput: for each number of parallel markets, one jitted function runs a
    ``lax.scan`` over ``--steps`` one-minute steps (default 60) of ``jax.vmap(env.step)``
    with uniform [0, 1] actions drawn inside the scan, auto-reset included (gymnax
-   ``step``, as in training and in ``bench_env.py``), for the dynamic env and, on the same
-   lanes and steps, the static env. Compile time (``jax.jit(f).lower(...).compile()``) is
+   ``step``, as in training and in ``bench_env.py``), for the dynamic env on each
+   order-book engine (``vmap`` and ``batched``, :mod:`serl_jax.lob.engine`; the row says
+   which one ``lob.engine=auto`` picks here) and, on the same lanes and steps, the static
+   env. Compile time (``jax.jit(f).lower(...).compile()``) is
    reported separately from the run time, which is the best of ``--repeats`` runs after
    one warm-up run. Book messages/s = dynamic steps/s x messages per step, where a step
    sends 2 agent messages (cancel of the resting child order, new child order) and
@@ -54,6 +56,7 @@ from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import CALIBRATED_MARKETS
+from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.params import MarketParams, load_market_params
 
 MARKET_COUNTS = (1, 16, 256, 1024, 4096)
@@ -95,9 +98,15 @@ def bench_throughput(
         f"rounds x {market.messages_per_round()} background (no-op slots count: the book "
         f"processes them)"
     )
+    engine = resolve_engine("auto")
+    print(
+        f"both order-book engines (serl_jax.lob.engine) on the same lanes; lob.engine=auto "
+        f"picks {engine} on this backend ({jax.default_backend()})"
+    )
     header = (
-        f"{'markets':>7} | {'steps':>5} | {'dynamic steps/s':>15} | {'book msg/s':>12} | "
-        f"{'compile s':>9} | {'static steps/s':>14} | {'compile s':>9} | {'static/dyn':>10}"
+        f"{'markets':>7} | {'steps':>5} | {'vmap steps/s':>12} | {'compile s':>9} | "
+        f"{'batched steps/s':>15} | {'compile s':>9} | {'batched/vmap':>12} | "
+        f"{'auto msg/s':>12} | {'static steps/s':>14} | {'static/auto':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -105,12 +114,18 @@ def bench_throughput(
     for n in counts:
         steps = max(1, min(num_steps, max_lane_steps // n))
         n_repeats = max(1, repeats - 1) if n * steps >= max_lane_steps else repeats
-        dyn_rate, dyn_compile = time_env(dynamic_env, dynamic_params, n, steps, n_repeats)
-        static_rate, static_compile = time_env(static_env, static_params, n, steps, n_repeats)
+        rates = {}
+        for name in ("vmap", "batched"):
+            params = dynamic_params.replace(lob_engine=name)
+            rates[name] = time_env(dynamic_env, params, n, steps, n_repeats)
+        static_rate, _ = time_env(static_env, static_params, n, steps, n_repeats)
+        (vmap_rate, vmap_compile), (batched_rate, batched_compile) = rates.values()
+        auto_rate = rates[engine][0]
         print(
-            f"{n:>7,} | {steps:>5} | {dyn_rate:>15,.0f} | {dyn_rate * per_step:>12,.0f} | "
-            f"{dyn_compile:>9.2f} | {static_rate:>14,.0f} | {static_compile:>9.2f} | "
-            f"{static_rate / dyn_rate:>9.0f}x",
+            f"{n:>7,} | {steps:>5} | {vmap_rate:>12,.0f} | {vmap_compile:>9.2f} | "
+            f"{batched_rate:>15,.0f} | {batched_compile:>9.2f} | "
+            f"{batched_rate / vmap_rate:>11.2f}x | {auto_rate * per_step:>12,.0f} | "
+            f"{static_rate:>14,.0f} | {static_rate / auto_rate:>10.0f}x",
             flush=True,
         )
 

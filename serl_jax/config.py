@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from serl_jax.envs.execution import CHILD_QUANTITIES, EnvParams, twap_action_prior
+from serl_jax.lob.engine import LOB_ENGINES
 from serl_jax.rl.hybrid import HybridConfig
 from serl_jax.rl.networks import declared_prior_anchor
 from serl_jax.rl.ppo import ActionPrior, PPOConfig, no_action_prior
@@ -35,15 +36,20 @@ class ConfigError(ValueError):
 class RunConfig:
     """Attributes:
     seed: master PRNG seed (training seeds are ``seed, seed+1, ...``).
-    num_seeds: policies trained in parallel (vmapped); the best on validation days is kept.
+    num_seeds: policies trained in parallel (vmapped); the best on validation days by
+        ``loop.score`` (mean shortfall by default) is kept.
     out: parent folder of run folders.
     progress_chunk: PPO updates per jitted chunk between progress-bar refreshes.
+    devices: devices to train on (:mod:`serl_jax.rl.sharding`): seeds are split over them
+        when the count divides ``num_seeds``, else each seed's parallel episodes; 0 uses
+        as many of the visible devices as divide one of them.
     """
 
     seed: int = 0
     num_seeds: int = 2
     out: str = "runs"
     progress_chunk: int = 5
+    devices: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +97,7 @@ class NetworkConfig:
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     action_prior: str = "twap"
-    prior_anchor_steps: float = 5.0
+    prior_anchor_steps: float = 20.0
 
     def prior(self) -> ActionPrior:
         """The action prior these settings name: raw observation ``[..., D]`` -> logit."""
@@ -183,7 +189,8 @@ class LoopConfig:
         score: what ranks candidates, the mean over validation orders (bps, higher is
             better) of ``shortfall`` (the spread and impact paid against the replayed
             prices, negative; :func:`serl_jax.metrics.shortfall`) or ``pa`` (the price
-            advantage against VWAP, as the seeds score). Every selection, the in-context
+            advantage against VWAP, as the seeds score). Every selection (of a
+            candidate's seed too, and of plain PPO's with ``--llm none``), the in-context
             examples, the EMA stopping test and the low-level DEK's policy gradient use
             it. The default is shortfall: PA adds each order's timing against the day's
             price path (TWAP's PA has a standard deviation of about 20 bps per order on
@@ -357,6 +364,26 @@ class MarketConfig:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class LobConfig:
+    """The order book of the dynamic market (:mod:`serl_jax.lob`).
+
+    Attributes:
+        engine: ``auto`` (the engine measured fastest for the market on the default
+            device's platform: ``vmap`` on CPU and GPU), ``vmap`` or ``batched``: which
+            implementation applies the messages (same fills; :mod:`serl_jax.lob.engine`
+            gives the speeds).
+    """
+
+    def __post_init__(self):
+        if self.engine not in LOB_ENGINES:
+            raise ValueError(
+                f"lob.engine: expected one of {list(LOB_ENGINES)}, got {self.engine!r}"
+            )
+
+    engine: str = "auto"
+
+
 # The env section's defaults are EnvParams' but one: a run's learned policies send
 # participation child orders (README "Learning on real bars"); EnvParams keeps the plain
 # fixed-size child order, the one the baselines are defined with.
@@ -379,6 +406,7 @@ class Config:
     loop: LoopConfig = LoopConfig()
     dek: DekConfig = DekConfig()
     market: MarketConfig = MarketConfig()
+    lob: LobConfig = LobConfig()
 
     def env_params(self, data) -> EnvParams:
         """``EnvParams`` for the given ``MarketData`` with this config's env section."""
@@ -404,6 +432,7 @@ class Config:
             "loop": plain(dataclasses.asdict(self.loop)),
             "dek": plain(dataclasses.asdict(self.dek)),
             "market": plain(dataclasses.asdict(self.market)),
+            "lob": plain(dataclasses.asdict(self.lob)),
         }
 
 
@@ -488,6 +517,7 @@ _SECTIONS = {
     "loop": LoopConfig,
     "dek": DekConfig,
     "market": MarketConfig,
+    "lob": LobConfig,
 }
 
 

@@ -36,12 +36,14 @@ from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.evaluation import Rollout, rollout
+from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.params import MarketParams, load_market_params
-from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage
+from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage, shortfall
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import make_trainer
+from serl_jax.rl.sharding import constrain_runner, plan_devices, shard_runner
 
 SAMPLE_PREFIX = "sample:"
 TWAP = "TWAP"
@@ -107,8 +109,12 @@ def calibrated_market(cfg: Config, spec: str) -> MarketParams:
 def dynamic_env_params(
     cfg: Config, market: MarketParams, static_params: EnvParams, stats: TrainStats
 ) -> DynamicEnvParams:
-    """The dynamic-market twin of ``static_params`` with ``cfg.market.child_order``."""
-    return DynamicEnvParams.from_static(static_params, stats, market, cfg.market.child_order)
+    """The dynamic-market twin of ``static_params`` with ``cfg.market.child_order``, on the
+    order-book engine ``cfg.lob.engine`` names (``auto``: by the default device's
+    platform)."""
+    return DynamicEnvParams.from_static(
+        static_params, stats, market, cfg.market.child_order, resolve_engine(cfg.lob.engine)
+    )
 
 
 def make_env(params: EnvParams) -> ExecutionEnv:
@@ -123,9 +129,14 @@ class TrainedPolicy:
     Attributes:
         network: the flax module (network slot) that was trained.
         policy_params: parameters of the selected seed (no seed axis).
-        selected_seed: index of the selected seed.
+        selected_seed: index of the selected seed: the best on validation days by
+            ``cfg.loop.score`` (mean shortfall, or mean PA).
         validation_pa: ``[num_seeds]`` mean PA (bps) of each seed on validation days.
+        validation_shortfall: ``[num_seeds]`` mean shortfall (bps, spread and impact
+            paid; higher is better) of each seed on validation days.
         curves: per-update training metrics, each ``[num_seeds, num_updates]`` float32.
+        devices: devices the seeds trained on (:mod:`serl_jax.rl.sharding`).
+        device_split: what was split over them: ``none``, ``seeds`` or ``episodes``.
         compile_seconds: time to compile init and one update chunk.
         train_seconds: time spent running updates (compilation excluded).
         env_steps: environment steps taken over all seeds.
@@ -135,7 +146,10 @@ class TrainedPolicy:
     policy_params: PPOPolicyParams
     selected_seed: int
     validation_pa: np.ndarray
+    validation_shortfall: np.ndarray
     curves: dict[str, np.ndarray]
+    devices: int
+    device_split: str
     compile_seconds: float
     train_seconds: float
     env_steps: int
@@ -155,7 +169,10 @@ def train_policy(
     dynamic: tuple[Any, Any] | None = None,
     hybrid: HybridConfig | None = None,
 ) -> TrainedPolicy:
-    """Trains ``cfg.run.num_seeds`` policies on training days and selects on validation.
+    """Trains ``cfg.run.num_seeds`` policies on training days and keeps the best on
+    validation days by ``cfg.loop.score`` (``shortfall`` by default: a seed's PA on a few
+    dozen validation orders is mostly the days' price paths, which no seed controls; see
+    :mod:`serl_jax.metrics`).
 
     Args:
         cfg: run configuration (``ppo``, ``network``, ``run`` sections are used).
@@ -187,7 +204,9 @@ def train_policy(
         A :class:`TrainedPolicy` (``env_steps`` counts the steps of both markets).
 
     Raises:
-        ValueError: if only one of ``dynamic`` and ``hybrid`` is given.
+        ValueError: if only one of ``dynamic`` and ``hybrid`` is given, or
+            ``cfg.run.devices`` cannot split the seeds or episodes
+            (:func:`serl_jax.rl.sharding.plan_devices`).
     """
     if network is None:
         network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
@@ -206,20 +225,27 @@ def train_policy(
     chunk = max(1, min(cfg.run.progress_chunk, n_updates))
     keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
 
-    def run_chunk(runner, length):
-        return jax.lax.scan(lambda r, _: trainer.update(r), runner, None, length)
+    # Seeds (or the static trainer's episodes) spread over the visible devices.
+    plan = plan_devices(
+        cfg.run.num_seeds, cfg.ppo.num_envs if hybrid is None else None, cfg.run.devices
+    )
+
+    def run_chunk(length):
+        def seed_chunk(runner):
+            return jax.lax.scan(lambda r, _: trainer.update(r), runner, None, length)
+
+        def chunk_fn(runners):
+            runners, metrics = jax.vmap(seed_chunk)(runners)
+            return constrain_runner(runners, plan), metrics
+
+        return jax.jit(chunk_fn)
 
     init = jax.jit(jax.vmap(trainer.init))
-    step_chunk = jax.jit(jax.vmap(lambda r: run_chunk(r, chunk)))
     t0 = time.perf_counter()
-    runner = init(keys)
-    step_chunk = step_chunk.lower(runner).compile()
+    runner = shard_runner(init(keys), plan)
+    step_chunk = run_chunk(chunk).lower(runner).compile()
     remainder = n_updates % chunk
-    step_rest = (
-        jax.jit(jax.vmap(lambda r: run_chunk(r, remainder))).lower(runner).compile()
-        if remainder
-        else None
-    )
+    step_rest = run_chunk(remainder).lower(runner).compile() if remainder else None
     compile_seconds = time.perf_counter() - t0
 
     history: list[dict[str, np.ndarray]] = []
@@ -254,19 +280,23 @@ def train_policy(
             )
 
     seed_rollouts = validation_rollouts(all_params)
-    validation_pa = np.array(
-        [
-            price_advantage(_seed_rollout(seed_rollouts, i).outcomes(float(val_params.side))).mean()
-            for i in range(cfg.run.num_seeds)
-        ]
-    )
-    best = int(np.argmax(validation_pa))
+    side = float(val_params.side)
+    seed_outcomes = [
+        _seed_rollout(seed_rollouts, i).outcomes(side) for i in range(cfg.run.num_seeds)
+    ]
+    validation_pa = np.array([price_advantage(o).mean() for o in seed_outcomes])
+    validation_shortfall = np.array([shortfall(o).mean() for o in seed_outcomes])
+    score = validation_shortfall if cfg.loop.score == "shortfall" else validation_pa
+    best = int(np.argmax(score))
     return TrainedPolicy(
         network=network,
         policy_params=jax.tree.map(lambda x: x[best], all_params),
         selected_seed=best,
         validation_pa=validation_pa,
+        validation_shortfall=validation_shortfall,
         curves=curves,
+        devices=plan.n_devices,
+        device_split=plan.split,
         compile_seconds=compile_seconds,
         train_seconds=train_seconds,
         env_steps=n_updates * lanes * cfg.ppo.num_steps * cfg.run.num_seeds,

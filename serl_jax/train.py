@@ -182,6 +182,7 @@ def run_market(
             "market_mode": mode,
             "selected_seed": trained.selected_seed,
             "validation_pa": trained.validation_pa.tolist(),
+            "validation_shortfall": trained.validation_shortfall.tolist(),
             "feature_names": list(splits.train.feature_names),
         },
     )
@@ -213,7 +214,9 @@ def run_market(
         },
         "selection": {
             "selected_seed": trained.selected_seed,
+            "selected_by": cfg.loop.score,
             "validation_pa_per_seed": trained.validation_pa.tolist(),
+            "validation_shortfall_per_seed": trained.validation_shortfall.tolist(),
         },
         "timing": {
             "compile_seconds": trained.compile_seconds,
@@ -222,6 +225,8 @@ def run_market(
             "env_steps_per_second": steps_per_second,
         },
         "market_mode": mode,
+        "devices": trained.devices,
+        "device_split": trained.device_split,
         # last update of the selected seed; null where no episode finished in it
         "curves_last": {
             k: _finite_or_none(np.asarray(v)[trained.selected_seed, -1])
@@ -294,12 +299,17 @@ def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
     return {}
 
 
-def share_accelerator_with_torch(cfg: Config) -> None:
-    """With an ``hf:`` designer a PyTorch model shares the accelerator with JAX: stop XLA
-    from preallocating 75% of GPU memory at its first computation (an explicit
-    ``XLA_PYTHON_CLIENT_PREALLOCATE`` or ``XLA_PYTHON_CLIENT_MEM_FRACTION`` wins). Must run
-    before JAX's first computation in the process."""
-    if cfg.loop.llm.strip().lower().startswith("hf:"):
+def share_accelerator(cfg: Config) -> None:
+    """Stop XLA from preallocating 75% of GPU memory at its first computation in an SE-RL
+    run (an explicit ``XLA_PYTHON_CLIENT_PREALLOCATE`` or ``XLA_PYTHON_CLIENT_MEM_FRACTION``
+    wins). Several processes share the accelerator there: the loop's own process, the
+    spawned workers that train candidates (:mod:`serl_jax.loop.workers`) and, with an
+    ``hf:`` designer, a PyTorch model. With preallocation the first takes 75% and the next
+    cannot start (measured on an H100, 2026-11-23: j0 failed with CUDA_ERROR_OUT_OF_MEMORY
+    while XLA autotuned the worker's first update). Plain PPO (``--llm none``) runs in one
+    process and keeps preallocation. Must run before JAX's first computation in the
+    process; spawned workers inherit the setting."""
+    if cfg.loop.llm.strip().lower() != "none":
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
@@ -435,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         except (StoreError, ConfigError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        share_accelerator_with_torch(cfg)
+        share_accelerator(cfg)
         return run_serl(cfg, "", Path(args.resume), args.quiet)
     try:
         cfg = load_config(args.config, overrides)
@@ -443,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config_name = Path(args.config).stem if args.config else "default"
-    share_accelerator_with_torch(cfg)
+    share_accelerator(cfg)
     if cfg.loop.llm.strip().lower() == "none":
         return train_ppo(cfg, config_name, args.quiet)
     return run_serl(cfg, f"{config_name}-serl", None, args.quiet)

@@ -28,6 +28,7 @@ from serl_jax.envs.execution import (
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
 from serl_jax.lob.book import CANCEL, LIMIT, Message, apply_messages
+from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.agents import round_view
 from serl_jax.market.calibrate import load_market_params
 from serl_jax.market.params import FIRST_AGENT_OWNER
@@ -463,3 +464,37 @@ def test_participation_child_orders_in_the_dynamic_market(setup):
     _, fixed, *_ = step(KEY, last, jnp.float32(0.0), setup["dynamic"])
     assert float(info["exec_qty"]) > 0
     assert float(forced.inventory) == float(fixed.inventory)
+
+
+# --------------------------------------------------------------------------- engines
+
+
+def test_the_batched_book_engine_gives_the_same_market(runs, setup):
+    """``lob_engine="batched"`` (the CPU engine, :mod:`serl_jax.lob.engine`) changes how the
+    books are computed, not what they hold: the same rollouts bit for bit, with fixed-size
+    and participation child orders, under one ``vmap`` (episodes) and two (seeds x
+    episodes, as PPO runs it)."""
+    batched = setup["dynamic"].replace(lob_engine="batched")
+    got = _dynamic_rollout(False, batched, KEY)
+    jax.tree.map(np.testing.assert_array_equal, got, runs["twap"])
+
+    def seeds(params):
+        pov = params.replace(child_quantity="participation")
+        keys = jax.random.split(KEY, 2)
+        return jax.jit(jax.vmap(lambda k: rollout(ENV, twap_policy, None, pov, k)))(keys)
+
+    jax.tree.map(np.testing.assert_array_equal, seeds(batched), seeds(setup["dynamic"]))
+
+
+def test_book_engine_names_are_checked(setup):
+    with pytest.raises(ValueError, match="lob_engine must be 'vmap' or 'batched', got 'auto'"):
+        DynamicEnvParams.from_static(
+            setup["static"], setup["stats"], setup["market"], lob_engine="auto"
+        )
+
+
+def test_auto_engine_is_the_measured_fastest():
+    assert resolve_engine("auto") == "vmap"  # CPU and GPU measurements (serl_jax.lob.engine)
+    assert resolve_engine("batched") == "batched"
+    with pytest.raises(ValueError, match=r"^lob.engine: expected one of"):
+        resolve_engine("fast")

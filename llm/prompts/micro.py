@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm.prompts.defaults import DEFAULT_CODE
+from serl_jax.config import NetworkConfig
 
 __all__ = ["MICRO_PROMPTS", "MicroPrompt"]
 
@@ -55,7 +56,7 @@ Write a reward function for the reward slot:
 LLM4AGENT = MicroPrompt(
     module="LLM4Agent",
     kind="network",
-    contract="""\
+    contract=f"""\
 Write the policy/value network for the network slot, a flax.linen module:
 
     class Network(nn.Module):
@@ -68,11 +69,12 @@ Write the policy/value network for the network slot, a flax.linen module:
   action's logit z (action = sigmoid(z)), as a residual around the TWAP schedule's logit:
   initialize the policy head near zero with bias (0, log 0.5) so the untrained policy is
   TWAP with some exploration. `value` estimates the return in reward units.
-- Optional field `prior_anchor_steps: float` (steps, in [0, 1000]; the run's default is
-  5): the time constant with which the TWAP prior pulls the inventory back to the linear
-  schedule, a = exp(-d/k) / (T - t) with d the TWAP slices the order is ahead (0: catch
-  up in one step). Participation child orders fill more in busy minutes and less in
-  quiet ones; a larger k lets those deviations persist instead of being undone.
+- Optional field `prior_anchor_steps: float` (steps, in [0, 1000]; the framework's
+  default is {NetworkConfig().prior_anchor_steps:g}): the time constant with which the
+  TWAP prior pulls the inventory back to the linear schedule, a = exp(-d/k) / (T - t)
+  with d the TWAP slices the order is ahead (0: catch up in one step). Participation
+  child orders fill more in busy minutes and less in quiet ones; a larger k lets those
+  deviations persist instead of being undone.
 - Observations are normalized with running statistics before the network sees them.
 - At most 1,000,000 parameters; use glorot/lecun/variance_scaling initializers
   (no orthogonal init or jnp.linalg).""",

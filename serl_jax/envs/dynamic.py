@@ -94,6 +94,8 @@ class DynamicEnvParams(EnvParams):
             (:class:`~serl_jax.data.TrainStats`).
         vol_window: rolling-volatility window of the features, minutes (static).
         child_order: ``"market"`` or ``"passive"`` (static), see the module docstring.
+        lob_engine: ``"vmap"`` or ``"batched"`` (static): the order-book engine the
+            market runs on (:mod:`serl_jax.lob.engine`; same fills, speed per backend).
     """
 
     market: MarketParams = MarketParams()
@@ -101,6 +103,7 @@ class DynamicEnvParams(EnvParams):
     feature_std: Any = None
     vol_window: int = struct.field(pytree_node=False, default=15)
     child_order: str = struct.field(pytree_node=False, default="market")
+    lob_engine: str = struct.field(pytree_node=False, default="vmap")
 
     @classmethod
     def from_static(
@@ -109,6 +112,7 @@ class DynamicEnvParams(EnvParams):
         stats: TrainStats,
         market: MarketParams,
         child_order: str = "market",
+        lob_engine: str = "vmap",
     ) -> DynamicEnvParams:
         """The dynamic twin of static parameters over the same episodes.
 
@@ -117,13 +121,17 @@ class DynamicEnvParams(EnvParams):
             stats: the training statistics the episodes' features were normalized with.
             market: background-population parameters.
             child_order: ``"market"`` or ``"passive"``.
+            lob_engine: ``"vmap"`` or ``"batched"`` (resolve a configured ``"auto"`` with
+                :func:`serl_jax.lob.engine.resolve_engine`).
 
         Raises:
-            ValueError: for an unknown ``child_order`` or statistics whose features do not
-                match the environment's.
+            ValueError: for an unknown ``child_order`` or ``lob_engine``, or statistics
+                whose features do not match the environment's.
         """
         if child_order not in CHILD_ORDERS:
             raise ValueError(f"child_order must be one of {CHILD_ORDERS}, got {child_order!r}")
+        if lob_engine not in ("vmap", "batched"):
+            raise ValueError(f"lob_engine must be 'vmap' or 'batched', got {lob_engine!r}")
         if params.diagnostic_volume_leak:
             raise ValueError(
                 "env.diagnostic_volume_leak: the static market only (the dynamic market's "
@@ -139,6 +147,7 @@ class DynamicEnvParams(EnvParams):
             feature_std=jnp.asarray(np.asarray(stats.feature_std), jnp.float32),
             vol_window=int(stats.vol_window),
             child_order=child_order,
+            lob_engine=lob_engine,
         )
 
 
@@ -272,6 +281,7 @@ class DynamicExecutionEnv(ExecutionEnv):
             key,
             market,
             participation,
+            engine=params.lob_engine,
         )
 
         filled = (-params.side * minute.position_change[FIRST_AGENT_OWNER]).astype(jnp.float32)

@@ -2,7 +2,8 @@
 
 Modules: :mod:`~serl_jax.lob.book` (state and operations), :mod:`~serl_jax.lob.batched`
 (``apply_messages_batched``: the same message semantics for a batch of books, the fast
-path for many books on CPU), :mod:`~serl_jax.lob.queries`
+path for many books and long streams on CPU), :mod:`~serl_jax.lob.engine` (which of the
+two the dynamic market runs, ``lob.engine``), :mod:`~serl_jax.lob.queries`
 (quotes, depth, own orders, ``state_vector``), :mod:`~serl_jax.lob.lobster` (file readers),
 :mod:`~serl_jax.lob.replay` (``python -m serl_jax.lob.replay``), and
 :mod:`~serl_jax.lob.reference` (the pure-Python reference book used by the tests).

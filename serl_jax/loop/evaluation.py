@@ -60,7 +60,9 @@ class ProgramResult:
         metrics: validation-day metrics: ``pa``, ``pa_ci`` ([low, high]), ``pa_std``,
             ``wr``, ``glr``, ``afi``, ``shortfall`` (mean spread-and-impact part of PA)
             (bps or ratios; ``None`` where not finite), ``n_orders``,
-            ``validation_pa_per_seed``, ``selected_seed``, ``prior_anchor_steps`` (the
+            ``validation_pa_per_seed``, ``validation_shortfall_per_seed``,
+            ``selected_seed`` (chosen by ``loop.score``), ``devices`` (it trained on),
+            ``prior_anchor_steps`` (the
             anchor of the action prior it trained with, steps), and per validation order
             ``pa_per_order`` and ``shortfall_per_order`` (bps) for paired comparisons of
             candidates on the same orders.
@@ -201,7 +203,9 @@ def evaluate_program(
         "afi": _finite(m.AFI.value),
         "n_orders": int(m.n_orders),
         "validation_pa_per_seed": [_finite(v) for v in trained.validation_pa],
+        "validation_shortfall_per_seed": [_finite(v) for v in trained.validation_shortfall],
         "selected_seed": seed,
+        "devices": trained.devices,
         "shortfall": _finite(costs.mean()),
         "prior_anchor_steps": cfg.network.prior_anchor_steps,
         "pa_per_order": [float(v) for v in pa],
@@ -223,6 +227,7 @@ def evaluate_program(
                 "market": splits.name,
                 "selected_seed": seed,
                 "validation_pa": [float(v) for v in trained.validation_pa],
+                "validation_shortfall": [float(v) for v in trained.validation_shortfall],
                 "feature_names": list(splits.train.feature_names),
                 "reward_code": reward_code,
                 "network_code": network_code,

@@ -4,7 +4,7 @@
 price; :func:`run_minute` first applies the agents' messages (child orders, cancels),
 then ``rounds_per_minute`` trading rounds in which the informed, momentum, noise and
 market-maker populations (:mod:`serl_jax.market.agents`) send their messages through
-:func:`serl_jax.lob.book.apply_messages`, and an agent's percentage-of-volume child order
+:func:`serl_jax.lob.engine.book_messages`, and an agent's percentage-of-volume child order
 (:class:`ParticipationOrder`), if any, sends a market order at the start of every round.
 Every trade is settled to its two owners, so positions and cash are attributed by owner
 id (:data:`~serl_jax.market.params.MARKET_MAKER` ... and the agents from
@@ -35,9 +35,9 @@ from serl_jax.lob.book import (
     BookSide,
     Message,
     Trades,
-    apply_messages,
     empty_book,
 )
+from serl_jax.lob.engine import book_messages
 from serl_jax.lob.queries import spread, top_levels
 from serl_jax.market.agents import (
     NOISE_UNIFORMS,
@@ -300,6 +300,7 @@ def run_minute(
     key: jax.Array,
     params: MarketParams,
     participation: ParticipationOrder | None = None,
+    engine: str = "vmap",
 ) -> tuple[MarketState, MinuteSummary]:
     """Advances one market by one minute.
 
@@ -316,6 +317,8 @@ def run_minute(
         params: market parameters.
         participation: an agent's POV child order worked over the rounds (its market
             order goes first in each round), or None.
+        engine: static; the order-book engine, ``"vmap"`` or ``"batched"``
+            (:mod:`serl_jax.lob.engine`; the same result, the speed differs by backend).
 
     Returns:
         ``(state, summary)``.
@@ -323,7 +326,7 @@ def run_minute(
     capacity = state.book.capacity
     n_owners = state.num_owners
     volume_unit = jnp.asarray(volume_unit, jnp.float32)
-    book, trades = apply_messages(state.book, agent_messages, max_trades=capacity)
+    book, trades = book_messages(state.book, agent_messages, max_trades=capacity, engine=engine)
     position_change, cash_change, volume = settle(trades, n_owners)
     signed_volume, agent_flow = signed_flow(trades)
     first_mid = round_view(book, last_trade_price(trades, state.reference)).reference
@@ -371,8 +374,11 @@ def run_minute(
             volume_unit,
         )
         maker = market_maker_orders(view, st.position[MARKET_MAKER], st.round, params, volume_unit)
-        book, trades = apply_messages(
-            st.book, _concat(*pov, informed, momentum, noise, maker), max_trades=capacity
+        book, trades = book_messages(
+            st.book,
+            _concat(*pov, informed, momentum, noise, maker),
+            max_trades=capacity,
+            engine=engine,
         )
         d_position, d_cash, d_volume = settle(trades, n_owners)
         if participation is not None:  # its market orders never rest: it is the aggressor

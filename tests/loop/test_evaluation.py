@@ -84,7 +84,7 @@ def test_a_network_program_sets_its_prior_anchor(config, default_result, tmp_pat
     # The default network declaring k = 12 trains and scores exactly as the default
     # network under network.prior_anchor_steps=12 (the field adds no parameters), and
     # differently from k = 5; the checkpoint keeps k for evaluation.
-    assert default_result[0].metrics["prior_anchor_steps"] == 5.0
+    assert default_result[0].metrics["prior_anchor_steps"] == 20.0
     declared = DEFAULT_CODE["network"].replace(
         "    depth: int = 2  # hidden layers per MLP\n",
         "    depth: int = 2  # hidden layers per MLP\n    prior_anchor_steps: float = 12.0\n",
