@@ -29,7 +29,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from serl_jax.rl.ppo import RunnerState
 
 AXIS = "devices"
-SPLITS = ("none", "seeds", "episodes")
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,12 @@ def _runner_specs(runner: Any, split: str) -> Any:
     )
 
 
+def _shardings(runner: Any, plan: DevicePlan) -> Any:
+    """A :class:`~jax.sharding.NamedSharding` per leaf of ``runner`` on the plan's mesh."""
+    specs = _runner_specs(runner, plan.split)
+    return jax.tree.map(lambda spec: NamedSharding(plan.mesh, spec), specs)
+
+
 def shard_runner(runner: Any, plan: DevicePlan) -> Any:
     """``runner`` (a trainer's state with a leading ``[num_seeds]`` axis) placed on the
     plan's devices; unchanged for one device.
@@ -122,8 +127,7 @@ def shard_runner(runner: Any, plan: DevicePlan) -> Any:
     """
     if plan.mesh is None:
         return runner
-    specs = _runner_specs(runner, plan.split)
-    return jax.device_put(runner, jax.tree.map(lambda s: NamedSharding(plan.mesh, s), specs))
+    return jax.device_put(runner, _shardings(runner, plan))
 
 
 def constrain_runner(runner: Any, plan: DevicePlan) -> Any:
@@ -131,7 +135,4 @@ def constrain_runner(runner: Any, plan: DevicePlan) -> Any:
     device), so that every chunk of updates starts and ends with the same sharding."""
     if plan.mesh is None:
         return runner
-    specs = _runner_specs(runner, plan.split)
-    return jax.lax.with_sharding_constraint(
-        runner, jax.tree.map(lambda s: NamedSharding(plan.mesh, s), specs)
-    )
+    return jax.lax.with_sharding_constraint(runner, _shardings(runner, plan))
