@@ -222,6 +222,13 @@ class LoopConfig:
             a default-preset candidate on 2 CPU cores (36 s): a guard against hangs, not
             a tight budget; lower it to cut slow candidates short.
         validation_workers: stage-2 sandbox validations run at once.
+        candidate_batch: the most candidates trained together in one compiled program,
+            reward and prior chosen per lane by an index
+            (:func:`serl_jax.loop.evaluation.evaluate_batch`): candidates whose network
+            programs differ at most in the declared prior anchor (reward candidates with
+            the incumbent network, anchor moves); one compilation instead of K; 1: one
+            candidate at a time. A batch holds ``candidate_batch * run.num_seeds *
+            ppo.num_envs`` parallel episodes.
         compilation_cache: keep compiled XLA programs in ``<run>/xla_cache`` (JAX's
             persistent cache), reused by a resumed run.
     """
@@ -230,7 +237,7 @@ class LoopConfig:
         bad = [m for m in self.modules if m not in LOOP_MODULES]
         if bad or not self.modules:
             raise ValueError(f"loop.modules: expected some of {list(LOOP_MODULES)}, got {bad}")
-        for key in ("iterations", "candidates", "workers", "validation_workers"):
+        for key in ("iterations", "candidates", "workers", "validation_workers", "candidate_batch"):
             if getattr(self, key) < 1:
                 raise ValueError(f"loop.{key}: must be >= 1, got {getattr(self, key)}")
         if not 0.0 <= self.ema_decay < 1.0:
@@ -264,6 +271,7 @@ class LoopConfig:
     workers: int = 1
     train_budget_s: float = 1800.0
     validation_workers: int = 2
+    candidate_batch: int = 8
     compilation_cache: bool = True
 
 

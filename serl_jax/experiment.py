@@ -9,7 +9,7 @@ the same vectorized rollout and scores them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from serl_jax.baselines import (
     twap_pov_policy,
     vwap_policy,
 )
+from serl_jax.components.reward import switch_reward
 from serl_jax.config import Config
 from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
@@ -43,7 +44,7 @@ from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import make_trainer
-from serl_jax.rl.sharding import constrain_runner, plan_devices, shard_runner
+from serl_jax.rl.sharding import DevicePlan, constrain_runner, plan_devices, shard_runner
 
 SAMPLE_PREFIX = "sample:"
 TWAP = "TWAP"
@@ -221,28 +222,198 @@ def train_policy(
             cfg.ppo, hybrid, env, train_params, *dynamic, network, action_prior
         )
         lanes = cfg.ppo.num_envs + hybrid.dynamic_envs
-    n_updates = cfg.ppo.num_updates
-    chunk = max(1, min(cfg.run.progress_chunk, n_updates))
     keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
-
     # Seeds (or the static trainer's episodes) spread over the visible devices.
     plan = plan_devices(
         cfg.run.num_seeds, cfg.ppo.num_envs if hybrid is None else None, cfg.run.devices
     )
+    run = _train_lanes(
+        cfg, lambda _: trainer, np.zeros(cfg.run.num_seeds, np.int32), keys, plan,
+        progress=progress, description=description, on_chunk=on_chunk,
+    )  # fmt: skip
+    if validation_rollouts is None:
+        validation_rollouts = _default_validation_rollouts(cfg, env, network, val_params)
+    best, validation_pa, validation_shortfall = _select_seed(
+        cfg, validation_rollouts(run.params), float(val_params.side)
+    )
+    return TrainedPolicy(
+        network=network,
+        policy_params=jax.tree.map(lambda x: x[best], run.params),
+        selected_seed=best,
+        validation_pa=validation_pa,
+        validation_shortfall=validation_shortfall,
+        curves=run.curves,
+        devices=plan.n_devices,
+        device_split=plan.split,
+        compile_seconds=run.compile_seconds,
+        train_seconds=run.train_seconds,
+        env_steps=cfg.ppo.num_updates * lanes * cfg.ppo.num_steps * cfg.run.num_seeds,
+    )
+
+
+def train_candidates(
+    cfg: Config,
+    reward_fns: Sequence[Callable],
+    train_params: EnvParams,
+    val_params: EnvParams,
+    *,
+    network: Any = None,
+    action_priors: Sequence[Callable] | None = None,
+    progress: bool = False,
+    on_chunk: Callable[[int, PPOPolicyParams], None] | None = None,
+    validation_rollouts: Callable[[PPOPolicyParams], Rollout] | None = None,
+) -> list[TrainedPolicy | ValueError]:
+    """Trains K candidates that share one network slot in one compiled program, each as
+    :func:`train_policy` would (static market); candidate ``k`` has its own reward and
+    action prior.
+
+    The reward and the prior are data: ``K * num_seeds`` lanes are vmapped, lane
+    ``k * S + s`` runs candidate ``k``'s reward and prior (``lax.switch`` on the lane's
+    index, :func:`serl_jax.components.reward.switch_reward`) with seed ``s``'s key, so K
+    candidates cost one compilation instead of K, and each candidate's lanes get the
+    keys it would get alone (the results equal K :func:`train_policy` runs up to
+    floating-point differences of the larger program). Under ``vmap`` a switch evaluates
+    every branch, so only cheap parts are switched: a reward or a prior is a few
+    arithmetic operations per step, a network is not (K networks would cost K times the
+    network's compute), hence one shared network.
+
+    Args:
+        cfg: run configuration, as for :func:`train_policy`.
+        reward_fns: K reward slots (validated code).
+        train_params, val_params: env parameters of the training and validation days.
+        network: the network slot shared by all candidates (default as in
+            :func:`train_policy`).
+        action_priors: K action priors (raw observation ``[..., D]`` -> logit), e.g. of
+            network programs that differ only in their declared anchor; default
+            ``cfg.network.prior()`` for every candidate.
+        progress: show a tqdm progress bar over updates.
+        on_chunk: as for :func:`train_policy`, with a leading ``[K * num_seeds]`` axis
+            (candidate-major).
+        validation_rollouts: maps the final parameters ``[K * num_seeds, ...]`` to their
+            deterministic validation rollouts; default: a vmapped rollout with each
+            lane's prior and the default reward (a rollout's outcomes do not depend on
+            the reward).
+
+    Returns:
+        K entries in ``reward_fns``' order: a :class:`TrainedPolicy` with its own selected
+        seed (``compile_seconds`` and ``train_seconds`` are the batch's, divided equally
+        among the K), or the ``ValueError`` its seed selection raised (non-finite
+        validation outcomes: that candidate's lanes diverged; lanes are independent, so
+        the other candidates are unaffected).
+
+    Raises:
+        ValueError: ``cfg.run.devices`` cannot split the ``K * num_seeds`` lanes, or
+            ``action_priors`` is not K long.
+        Exception: whatever a candidate's code raises when traced (the whole batch fails;
+            train the candidates one at a time to tell whose fault it is).
+    """
+    if network is None:
+        network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+    n_candidates, n_seeds = len(reward_fns), cfg.run.num_seeds
+    if action_priors is None:
+        action_priors = [cfg.network.prior()] * n_candidates
+    if len(action_priors) != n_candidates:
+        raise ValueError(
+            f"train_candidates: {len(action_priors)} action priors for {n_candidates} rewards"
+        )
+
+    def prior_for(index):
+        return lambda obs: jax.lax.switch(index, list(action_priors), obs)
+
+    def trainer_for(index):
+        env = ExecutionEnv(reward_fn=switch_reward(reward_fns, index))
+        return make_trainer(cfg.ppo, env, train_params, network, prior_for(index))
+
+    seed_keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), n_seeds)
+    keys = jnp.tile(seed_keys, (n_candidates, 1))
+    lane_index = np.repeat(np.arange(n_candidates, dtype=np.int32), n_seeds)
+    plan = plan_devices(n_candidates * n_seeds, None, cfg.run.devices)
+    run = _train_lanes(
+        cfg, trainer_for, lane_index, keys, plan,
+        progress=progress, description=f"PPO x {n_candidates} candidates", on_chunk=on_chunk,
+    )  # fmt: skip
+    if validation_rollouts is None:
+
+        def validation_rollouts(params):
+            def one(index, p):
+                policy = make_ppo_policy(
+                    network, cfg.ppo.normalize_obs, action_prior=prior_for(index)
+                )
+                return rollout(ExecutionEnv(), policy, p, val_params, jax.random.PRNGKey(0))
+
+            return jax.vmap(one)(jnp.asarray(lane_index), params)
+
+    rollouts = validation_rollouts(run.params)
+    out = []
+    for k in range(n_candidates):
+        lanes = slice(k * n_seeds, (k + 1) * n_seeds)
+        params = jax.tree.map(lambda x, lanes=lanes: x[lanes], run.params)
+        mine = jax.tree.map(lambda x, lanes=lanes: x[lanes], rollouts)
+        try:
+            best, validation_pa, validation_shortfall = _select_seed(
+                cfg, mine, float(val_params.side)
+            )
+        except ValueError as e:  # this candidate's lanes diverged; the others stand
+            out.append(e)
+            continue
+        out.append(
+            TrainedPolicy(
+                network=network,
+                policy_params=jax.tree.map(lambda x, best=best: x[best], params),
+                selected_seed=best,
+                validation_pa=validation_pa,
+                validation_shortfall=validation_shortfall,
+                curves={name: v[lanes] for name, v in run.curves.items()},
+                devices=plan.n_devices,
+                device_split=plan.split,
+                compile_seconds=run.compile_seconds / n_candidates,
+                train_seconds=run.train_seconds / n_candidates,
+                env_steps=cfg.ppo.num_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * n_seeds,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class _LaneRun:
+    params: PPOPolicyParams  # leading [lanes] axis
+    curves: dict[str, np.ndarray]  # [lanes, num_updates]
+    compile_seconds: float
+    train_seconds: float
+
+
+def _train_lanes(
+    cfg: Config,
+    trainer_for: Callable[[jax.Array], Any],
+    lane_index: np.ndarray,
+    keys: jax.Array,
+    plan: DevicePlan,
+    *,
+    progress: bool,
+    description: str,
+    on_chunk: Callable[[int, PPOPolicyParams], None] | None,
+) -> _LaneRun:
+    """Runs ``cfg.ppo.num_updates`` updates on vmapped lanes in jitted chunks; lane ``i``
+    uses ``trainer_for(lane_index[i])`` (built inside the trace, so the index may select
+    traced data such as a reward) and ``keys[i]``."""
+    n_updates = cfg.ppo.num_updates
+    chunk = max(1, min(cfg.run.progress_chunk, n_updates))
+    lane_index = jnp.asarray(lane_index)
 
     def run_chunk(length):
-        def seed_chunk(runner):
+        def lane_chunk(index, runner):
+            trainer = trainer_for(index)
             return jax.lax.scan(lambda r, _: trainer.update(r), runner, None, length)
 
         def chunk_fn(runners):
-            runners, metrics = jax.vmap(seed_chunk)(runners)
+            runners, metrics = jax.vmap(lane_chunk)(lane_index, runners)
             return constrain_runner(runners, plan), metrics
 
         return jax.jit(chunk_fn)
 
-    init = jax.jit(jax.vmap(trainer.init))
+    init = jax.jit(jax.vmap(lambda index, key: trainer_for(index).init(key)))
     t0 = time.perf_counter()
-    runner = shard_runner(init(keys), plan)
+    runner = shard_runner(init(lane_index, keys), plan)
     step_chunk = run_chunk(chunk).lower(runner).compile()
     remainder = n_updates % chunk
     step_rest = run_chunk(remainder).lower(runner).compile() if remainder else None
@@ -269,38 +440,28 @@ def train_policy(
     jax.block_until_ready(runner)
     train_seconds = time.perf_counter() - t0
     curves = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
+    return _LaneRun(_policy_params(runner), curves, compile_seconds, train_seconds)
 
-    all_params = _policy_params(runner)
-    if validation_rollouts is None:
-        policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=action_prior)
 
-        def validation_rollouts(params):
-            return jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
-                params
-            )
+def _default_validation_rollouts(cfg: Config, env, network, val_params: EnvParams) -> Callable:
+    policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
 
-    seed_rollouts = validation_rollouts(all_params)
-    side = float(val_params.side)
-    seed_outcomes = [
-        _seed_rollout(seed_rollouts, i).outcomes(side) for i in range(cfg.run.num_seeds)
-    ]
+    def validation_rollouts(params):
+        return jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
+            params
+        )
+
+    return validation_rollouts
+
+
+def _select_seed(cfg: Config, seed_rollouts: Rollout, side: float):
+    """``(best seed, validation PA [S], validation shortfall [S])`` by ``cfg.loop.score``."""
+    n_seeds = jax.tree.leaves(seed_rollouts)[0].shape[0]
+    seed_outcomes = [_seed_rollout(seed_rollouts, i).outcomes(side) for i in range(n_seeds)]
     validation_pa = np.array([price_advantage(o).mean() for o in seed_outcomes])
     validation_shortfall = np.array([shortfall(o).mean() for o in seed_outcomes])
     score = validation_shortfall if cfg.loop.score == "shortfall" else validation_pa
-    best = int(np.argmax(score))
-    return TrainedPolicy(
-        network=network,
-        policy_params=jax.tree.map(lambda x: x[best], all_params),
-        selected_seed=best,
-        validation_pa=validation_pa,
-        validation_shortfall=validation_shortfall,
-        curves=curves,
-        devices=plan.n_devices,
-        device_split=plan.split,
-        compile_seconds=compile_seconds,
-        train_seconds=train_seconds,
-        env_steps=n_updates * lanes * cfg.ppo.num_steps * cfg.run.num_seeds,
-    )
+    return int(np.argmax(score)), validation_pa, validation_shortfall
 
 
 def _policy_params(runner) -> PPOPolicyParams:

@@ -7,13 +7,18 @@ change to the reward's meaning::
 
     def reward(prev_state, action, next_state, params):
         return {"pa": pa_term, "pace": -0.1 * deviation**2}   # reward = pa + pace
+
+:func:`switch_reward` and :func:`switch_reward_terms` put several rewards behind one
+index, so that K reward candidates train in one compiled program (the index is data: one
+per lane, :func:`serl_jax.experiment.train_candidates`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
+import jax
 import jax.numpy as jnp
 
 __all__ = [
@@ -21,6 +26,8 @@ __all__ = [
     "RewardOutput",
     "check_reward_output",
     "reward_term_values",
+    "switch_reward",
+    "switch_reward_terms",
     "total_reward",
 ]
 
@@ -56,6 +63,70 @@ def reward_term_values(out: RewardOutput) -> dict[str, jnp.ndarray]:
     terms = dict(out) if isinstance(out, Mapping) else {}
     terms["total"] = total_reward(out)
     return terms
+
+
+def switch_reward(reward_fns: Sequence[Callable], index: jax.Array) -> Callable:
+    """The reward slot that computes ``reward_fns[index]``'s total reward.
+
+    Args:
+        reward_fns: K reward slots (``reward(prev_state, action, next_state, params)``).
+        index: int32 scalar in ``[0, K)``; a tracer, e.g. one per vmapped lane. Under
+            ``vmap`` with a batched index, ``lax.switch`` evaluates all K rewards and
+            selects per lane, so a lane pays for every candidate's reward (rewards are a
+            few arithmetic operations next to the environment step).
+
+    Returns:
+        ``reward(prev_state, action, next_state, params) -> float32 scalar``.
+    """
+    branches = [
+        lambda prev, action, nxt, params, fn=fn: total_reward(fn(prev, action, nxt, params))
+        for fn in reward_fns
+    ]
+
+    def reward(prev_state, action, next_state, params):
+        return jax.lax.switch(index, branches, prev_state, action, next_state, params)
+
+    return reward
+
+
+def switch_reward_terms(
+    reward_fns: Sequence[Callable], term_names: Sequence[Sequence[str]], index: jax.Array
+) -> Callable:
+    """Like :func:`switch_reward`, for the named terms (reward reflection): every branch
+    returns its terms in one float32 vector of a common length.
+
+    Args:
+        reward_fns: K reward slots.
+        term_names: per reward, the names of :func:`reward_term_values` of its output
+            (``"total"`` included), in the order wanted in the vector.
+        index: int32 scalar in ``[0, K)``.
+
+    Returns:
+        ``record(prev_state, action, next_state, params) -> float32 [M]`` with
+        ``M = max(len(names))``: reward ``k``'s terms in ``term_names[k]``'s order, zeros
+        after them.
+
+    Raises:
+        ValueError: a reward's term names differ from its ``term_names`` (at trace time).
+    """
+    width = max(len(names) for names in term_names)
+
+    def branch(fn, names):
+        def terms(prev, action, nxt, params):
+            values = reward_term_values(fn(prev, action, nxt, params))
+            if sorted(values) != sorted(names):
+                raise ValueError(f"reward terms {sorted(values)} differ from {sorted(names)}")
+            padding = [jnp.float32(0.0)] * (width - len(names))
+            return jnp.stack([*(values[name] for name in names), *padding])
+
+        return terms
+
+    branches = [branch(fn, names) for fn, names in zip(reward_fns, term_names, strict=True)]
+
+    def record(prev_state, action, next_state, params):
+        return jax.lax.switch(index, branches, prev_state, action, next_state, params)
+
+    return record
 
 
 def check_reward_output(out) -> str:

@@ -12,6 +12,14 @@ updates the current policies run the validation days once and the reward's named
 (:mod:`serl_jax.components.reward`) are summed per episode; the selected seed's history
 and the final per-term statistics go back into the next prompt.
 
+Programs that build the same network train together (:func:`evaluate_batch`): their K
+rewards and priors sit behind one index (:func:`serl_jax.components.reward.switch_reward`),
+the index is data (one per vmapped lane, candidates x seeds), so K candidates cost one
+compilation instead of K, and each is scored as if it had trained alone (its lanes get
+the keys it would get alone). "The same network" is the same network code up to the
+declared prior anchor (:func:`serl_jax.rl.networks.network_code_key`): reward candidates
+with the incumbent network, and network candidates that only move the anchor.
+
 :func:`evaluate_program` is a plain function of JSON-able arguments, so the outer loop
 can run it in this process or in worker processes (:class:`ProgramEvaluator`). With a
 wall-clock budget per program (``loop.train_budget_s``) the programs always run in worker
@@ -24,6 +32,7 @@ sample's shapes), so checking the time between chunks would not bound it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Iterator
@@ -36,18 +45,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from serl_jax.components.reward import reward_term_values
+from serl_jax.components.reward import reward_term_values, switch_reward, switch_reward_terms
 from serl_jax.config import Config, config_from_dict
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
-from serl_jax.experiment import train_policy
+from serl_jax.experiment import train_candidates, train_policy
 from serl_jax.loop.workers import WorkerPool
 from serl_jax.metrics import compute_metrics, price_advantage, shortfall
 from serl_jax.rl.checkpoint import save_policy
+from serl_jax.rl.networks import network_code_key
 from serl_jax.rl.policy import make_ppo_policy
 
-__all__ = ["ProgramEvaluator", "ProgramResult", "evaluate_program", "load_program"]
+__all__ = [
+    "ProgramEvaluator",
+    "ProgramResult",
+    "candidate_market",
+    "evaluate_program",
+    "evaluate_batch",
+    "load_program",
+    "plan_jobs",
+]
 
 
 @dataclass(frozen=True)
@@ -70,8 +88,11 @@ class ProgramResult:
             step_max, share}}`` of the selected seed's final policy on validation days
             (``share`` = the term's mean |episode sum| over the sum of all terms'), plus
             ``"history"``: ``[{"updates": u, "episode_mean": {term: value}}]`` over training.
-        timing: seconds: ``compile`` (init + update programs), ``train`` (updates),
-            ``total`` (wall time of the whole evaluation).
+        timing: seconds: ``compile`` (init, update and reflection-rollout programs),
+            ``train`` (updates and reflection rollouts), ``total`` (wall time of the whole
+            evaluation); ``cache_hits``: programs loaded from the persistent compilation
+            cache; for a candidate trained in a batch (:func:`evaluate_batch`) ``batch`` =
+            K and each figure is the batch's divided by K.
         curves: per-update training metrics of the selected seed (``order_pa``, ...;
             ``None`` where not finite, e.g. no episode finished in that update).
     """
@@ -103,8 +124,14 @@ def load_program(reward_code: str, network_code: str):
 _MARKETS: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
 
 
-def _market_params(cfg: Config, market: str):
-    """Env parameters of the training and validation days (cached per process)."""
+def candidate_market(cfg: Config, market: str):
+    """``(splits, train_params, val_params)``: the market's splits and the env parameters
+    of its training and validation days, as candidates train on them (loaded once per
+    process and kept).
+
+    Raises:
+        serl_jax.data.DataError: bad data.
+    """
     from serl_jax.experiment import load_splits
 
     key = (market, repr(cfg.data))
@@ -145,45 +172,220 @@ def evaluate_program(
     """
     t_start = time.perf_counter()
     cfg = config_from_dict(config)
-    splits, train_params, val_params = _market_params(cfg, market)
-    try:
-        reward_fn, network = load_program(reward_code, network_code)
-        # A network program may declare its prior's anchor; training, scoring and the
-        # checkpoint's config all use it.
-        cfg = dataclasses.replace(cfg, network=cfg.network.for_network(network))
-        env = ExecutionEnv(reward_fn=reward_fn)
-        policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
+    splits, train_params, val_params = candidate_market(cfg, market)
+    with _count_cache_hits() as hits:
+        try:
+            reward_fn, network = load_program(reward_code, network_code)
+            # A network program may declare its prior's anchor; training, scoring and the
+            # checkpoint's config all use it.
+            cfg = dataclasses.replace(cfg, network=cfg.network.for_network(network))
+            env = ExecutionEnv(reward_fn=reward_fn)
+            policy = make_ppo_policy(
+                network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior()
+            )
 
-        def terms(prev, action, nxt, params):
-            return reward_term_values(reward_fn(prev, action, nxt, params))
+            def terms(prev, action, nxt, params):
+                return reward_term_values(reward_fn(prev, action, nxt, params))
+
+            tracker = _Tracker(
+                lambda _: env, lambda _: terms, lambda _: policy, val_params,
+                [0] * cfg.run.num_seeds,
+            )  # fmt: skip
+            # The last chunk's tracking rollouts are the final policies' validation
+            # rollouts: the seed selection reuses them instead of rolling out again.
+            trained = train_policy(
+                cfg, env, train_params, val_params, network=network, progress=False,
+                on_chunk=tracker.on_chunk, validation_rollouts=tracker.final_rollouts,
+            )  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - any failure of candidate code is its score
+            return _failed(f"training failed: {type(e).__name__}: {e}", t_start)
+    sums = jax.tree.map(np.asarray, tracker.last["sums"])
+    timing = {
+        "compile": trained.compile_seconds + tracker.compile_seconds,
+        "train": trained.train_seconds - tracker.compile_seconds,
+        "cache_hits": hits[0],
+    }
+    return _score(
+        cfg, splits, env.observation_size(train_params), val_params, trained,
+        tracker.last["rollout"], sums, tracker.history, (reward_code, network_code),
+        artifact_dir, timing, t_start,
+    )  # fmt: skip
+
+
+def evaluate_batch(
+    config: dict[str, Any],
+    market: str,
+    programs: list[tuple[str, str]],
+    artifact_dirs: list[str | None],
+) -> list[ProgramResult] | None:
+    """Trains K programs that build the same network in one compiled program
+    (:func:`serl_jax.experiment.train_candidates`) and scores each as
+    :func:`evaluate_program` would.
+
+    The programs may differ in their reward and in their network program's declared prior
+    anchor (:func:`serl_jax.rl.networks.network_code_key` equal for all): the first
+    program's network is shared, each program keeps its own reward and prior.
+
+    Args:
+        config, market: as for :func:`evaluate_program`.
+        programs: K ``(reward_code, network_code)`` pairs of validated code.
+        artifact_dirs: K checkpoint folders (or ``None`` entries).
+
+    Returns:
+        K :class:`ProgramResult` in order (a program whose own lanes diverge, or whose
+        declared anchor is out of range, fails alone); their ``timing`` holds the batch's
+        compile, train and total seconds divided by the programs trained and ``batch``,
+        their number. ``None`` when the batch failed as a whole (a program's code raised
+        while the shared program was traced or run): train them one at a time to score
+        each for its own fault.
+
+    Raises:
+        ValueError: the network programs build different networks.
+        serl_jax.data.DataError, serl_jax.config.ConfigError: bad data or config.
+    """
+    if len({network_code_key(network) for _, network in programs}) > 1:
+        raise ValueError("evaluate_batch: the network programs differ beyond their anchor")
+    t_start = time.perf_counter()
+    base = config_from_dict(config)
+    splits, train_params, val_params = candidate_market(base, market)
+    results: list[ProgramResult | None] = [None] * len(programs)
+    with _count_cache_hits() as hits:
+        try:
+            reward_fns, cfgs, members = [], [], []
+            for k, (reward_code, network_code) in enumerate(programs):
+                reward_fn, network = load_program(reward_code, network_code)
+                try:
+                    cfg_k = dataclasses.replace(base, network=base.network.for_network(network))
+                except ValueError as e:  # this program's anchor: its own fault
+                    results[k] = _failed(f"training failed: ValueError: {e}", t_start)
+                    continue
+                if not members:
+                    shared = network
+                reward_fns.append(reward_fn)
+                cfgs.append(cfg_k)
+                members.append(k)
+            if not members:
+                return results
+            priors = [c.network.prior() for c in cfgs]
+            names = [_term_names(fn, val_params) for fn in reward_fns]
+
+            def env_for(index):
+                return ExecutionEnv(reward_fn=switch_reward(reward_fns, index))
+
+            def policy_for(index):
+                def prior(obs):
+                    return jax.lax.switch(index, priors, obs)
+
+                return make_ppo_policy(shared, base.ppo.normalize_obs, action_prior=prior)
+
+            def terms_for(index):
+                return switch_reward_terms(reward_fns, names, index)
+
+            lane_index = np.repeat(np.arange(len(members)), base.run.num_seeds).tolist()
+            tracker = _Tracker(env_for, terms_for, policy_for, val_params, lane_index)
+            batch = train_candidates(
+                base, reward_fns, train_params, val_params, network=shared,
+                action_priors=priors, on_chunk=tracker.on_chunk,
+                validation_rollouts=tracker.final_rollouts,
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001 - whose fault it is needs one-at-a-time runs
+            return None
+    n = len(members)
+    total = (time.perf_counter() - t_start) / n
+    obs_size = ExecutionEnv().observation_size(train_params)
+    seeds = base.run.num_seeds
+    for j, (k, trained) in enumerate(zip(members, batch, strict=True)):
+        if isinstance(trained, Exception):
+            results[k] = _failed(f"training failed: {type(trained).__name__}: {trained}", t_start)
+            continue
+        lanes = slice(j * seeds, (j + 1) * seeds)
+        rollouts = jax.tree.map(lambda x, lanes=lanes: x[lanes], tracker.last["rollout"])
+        sums = {m: np.asarray(tracker.last["sums"][:, :, i][lanes]) for i, m in enumerate(names[j])}
+        history = [
+            (u, {m: v[:, i][lanes] for i, m in enumerate(names[j])}) for u, v in tracker.history
+        ]
+        timing = {
+            "compile": trained.compile_seconds + tracker.compile_seconds / n,
+            "train": trained.train_seconds - tracker.compile_seconds / n,
+            "batch": n,
+            "cache_hits": hits[0] / n,
+        }
+        results[k] = _score(
+            cfgs[j], splits, obs_size, val_params, trained, rollouts, sums, history,
+            programs[k], artifact_dirs[k], timing, t_start, total,
+        )  # fmt: skip
+    return results
+
+
+class _Tracker:
+    """Reward reflection during training: after each chunk, every lane's current policy
+    rolls out the validation days once with its reward's named terms recorded.
+
+    ``env_for(index)``, ``terms_for(index)`` and ``policy_for(index)`` give lane
+    ``index``'s environment, term recorder and policy (``lane_index`` per lane), built
+    inside the trace so that a traced index can select a reward and a prior. ``history``
+    holds ``(updates, {term: [lanes]})`` episode means (or ``[lanes, M]`` vectors for a
+    switched recorder) and ``last`` the latest rollouts and per-episode sums. The
+    tracking program is compiled ahead of its first call; ``compile_seconds`` is that
+    time (spent inside training's chunk loop, so the caller moves it from training to
+    compilation).
+    """
+
+    def __init__(self, env_for, terms_for, policy_for, val_params, lane_index):
+        index = jnp.asarray(lane_index, jnp.int32)
 
         @jax.jit
         def track(all_params):
-            def one(p):
-                out = rollout(env, policy, p, val_params, jax.random.PRNGKey(0), record=terms)
-                return out, jax.tree.map(lambda x: x.sum(axis=-1), out.recorded)
+            def one(i, p):
+                out = rollout(
+                    env_for(i), policy_for(i), p, val_params, jax.random.PRNGKey(0),
+                    record=terms_for(i),
+                )  # fmt: skip
+                return out, jax.tree.map(lambda x: x.sum(axis=1), out.recorded)
 
-            return jax.vmap(one)(all_params)
+            return jax.vmap(one)(index, all_params)
 
-        history: list[tuple[int, dict[str, np.ndarray]]] = []
-        last: dict[str, Any] = {}
+        self._track = track
+        self._compiled = None
+        self.compile_seconds = 0.0
+        self.history: list[tuple[int, Any]] = []
+        self.last: dict[str, Any] = {}
 
-        def on_chunk(updates, all_params):
-            out, sums = jax.device_get(track(all_params))
-            history.append((updates, {k: v.mean(axis=-1) for k, v in sums.items()}))
-            last.update(rollout=out, sums=sums)
+    def on_chunk(self, updates: int, all_params) -> None:
+        if self._compiled is None:
+            t0 = time.perf_counter()
+            self._compiled = self._track.lower(all_params).compile()
+            self.compile_seconds = time.perf_counter() - t0
+        out, sums = jax.device_get(self._compiled(all_params))
+        self.history.append((updates, jax.tree.map(lambda v: v.mean(axis=1), sums)))
+        self.last.update(rollout=out, sums=sums)
 
-        # The last chunk's tracking rollouts are the final policies' validation rollouts:
-        # the seed selection reuses them instead of rolling out again.
-        trained = train_policy(
-            cfg, env, train_params, val_params, network=network, progress=False,
-            on_chunk=on_chunk, validation_rollouts=lambda _: last["rollout"],
-        )  # fmt: skip
-    except Exception as e:  # noqa: BLE001 - any failure of candidate code is its score
-        return _failed(f"training failed: {type(e).__name__}: {e}", t_start)
+    def final_rollouts(self, _params):
+        return self.last["rollout"]
 
+
+def _term_names(reward_fn, val_params) -> list[str]:
+    """The names of a reward's terms (:func:`reward_term_values`; sorted, as JAX
+    returns a dict), from its abstract output on one validation transition."""
+    env = ExecutionEnv()
+    state = jax.eval_shape(lambda: env.init_state(val_params, 0, 0, val_params.data.num_slots))
+    action = jax.ShapeDtypeStruct((), jnp.float32)
+    out = jax.eval_shape(
+        lambda s, a: reward_term_values(reward_fn(s, a, s, val_params)), state, action
+    )
+    return list(out)
+
+
+def _score(
+    cfg: Config, splits, obs_size: int, val_params, trained, rollouts, sums, history,
+    codes: tuple[str, str], artifact_dir: str | None, timing: dict[str, float],
+    t_start: float, total: float | None = None,
+) -> ProgramResult:  # fmt: skip
+    """A trained program's :class:`ProgramResult` from its seeds' validation rollouts
+    (``[S]`` leading axis), per-episode term sums ``{term: [S, N]}`` and tracking history;
+    writes its checkpoint to ``artifact_dir`` if given."""
     seed = trained.selected_seed
-    final = jax.tree.map(lambda x: x[seed], last["rollout"])
+    final = jax.tree.map(lambda x: x[seed], rollouts)
     if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(trained.policy_params)):
         return _failed("training diverged: non-finite network parameters", t_start)
     outcomes = final.outcomes(float(val_params.side))
@@ -211,19 +413,23 @@ def evaluate_program(
         "pa_per_order": [float(v) for v in pa],
         "shortfall_per_order": [_finite(v) for v in costs],
     }
-    stats = _term_stats(final.recorded, {k: v[seed] for k, v in last["sums"].items()})
+    recorded = final.recorded
+    if not isinstance(recorded, dict):  # a switched recorder's [N, T, M] term vectors
+        recorded = {name: recorded[:, :, i] for i, name in enumerate(sums)}
+    stats = _term_stats(recorded, {k: v[seed] for k, v in sums.items()})
     stats["history"] = [
         {"updates": u, "episode_mean": {k: _finite(v[seed]) for k, v in means.items()}}
         for u, means in history
     ]
     curves = {k: [_finite(x) for x in v[seed]] for k, v in trained.curves.items()}
+    reward_code, network_code = codes
     if artifact_dir is not None:
         save_policy(
             Path(artifact_dir) / "checkpoint",
             trained.policy_params,
             {
                 "config": cfg.to_dict(),
-                "obs_size": env.observation_size(train_params),
+                "obs_size": obs_size,
                 "market": splits.name,
                 "selected_seed": seed,
                 "validation_pa": [float(v) for v in trained.validation_pa],
@@ -233,12 +439,24 @@ def evaluate_program(
                 "network_code": network_code,
             },
         )
-    timing = {
-        "compile": trained.compile_seconds,
-        "train": trained.train_seconds,
-        "total": time.perf_counter() - t_start,
-    }
+    timing = {**timing, "total": time.perf_counter() - t_start if total is None else total}
     return ProgramResult(True, "", metrics, stats, timing, curves)
+
+
+@contextmanager
+def _count_cache_hits() -> Iterator[list[int]]:
+    """Counts JAX persistent-compilation-cache hits while active (``[count]``)."""
+    hits = [0]
+
+    def listener(event: str, **_: Any) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            hits[0] += 1
+
+    jax.monitoring.register_event_listener(listener)
+    try:
+        yield hits
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
 
 
 def _failed(reason: str, t_start: float) -> ProgramResult:
@@ -284,30 +502,79 @@ def _init_worker(cache_dir: str | None) -> None:
         jax.config.update("jax_compilation_cache_dir", cache_dir)
 
 
+def _evaluate_job(job: list[tuple]) -> list[ProgramResult] | None:
+    """One unit of work: a single program, or a batch of programs that build the same
+    network (``None``: the batch failed as a whole)."""
+    if len(job) == 1:
+        return [evaluate_program(*job[0])]
+    config, market = job[0][:2]
+    programs, dirs = [(t[2], t[3]) for t in job], [t[4] for t in job]
+    return evaluate_batch(config, market, programs, dirs)
+
+
+def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
+    """Groups programs that can train in one compiled program: the same config and
+    market, and network code equal up to the declared prior anchor
+    (:func:`serl_jax.rl.networks.network_code_key`; so they differ in the reward and the
+    anchor only), at most ``batch`` per group, in the order the groups first appear.
+
+    Args:
+        tasks: the arguments of :func:`evaluate_program` per program.
+        batch: the most programs per group (1: every program alone).
+
+    Returns:
+        Lists of task indices covering every task once.
+    """
+    groups: dict[str, list[list[int]]] = {}
+    order: list[list[int]] = []
+    for i, (config, market, _, network_code, _) in enumerate(tasks):
+        key = json.dumps([config, market, network_code_key(network_code)], sort_keys=True)
+        chunks = groups.setdefault(key, [])
+        if not chunks or len(chunks[-1]) >= batch:
+            chunks.append([])
+            order.append(chunks[-1])
+        chunks[-1].append(i)
+    return order
+
+
 class ProgramEvaluator:
     """Runs :func:`evaluate_program` on a batch of programs, in this process
     (``workers=1`` without a budget) or in spawned worker processes, so several candidates
     are in flight at once and each can be stopped at its budget; compiled programs go to a
     persistent cache when ``cache_dir`` is set.
 
+    Programs that differ only in their reward and prior anchor train together, up to
+    ``batch`` in one compiled program (:func:`evaluate_batch`; one compilation instead
+    of K).
+    A batch that fails as a whole (a candidate's code raised, the batch overran its
+    budget or its worker died) is trained again one program at a time, so that each
+    candidate is scored for its own fault only.
+
     :meth:`evaluate` yields each result as soon as it is ready (in-process: lazily, one
-    program at a time), so the caller can record it before the next one finishes and a
+    unit at a time), so the caller can record it before the next one finishes and a
     kill loses at most the programs in flight. Each worker process keeps its loaded
     market and JAX's in-memory caches between programs. Use as a context manager.
 
     Args:
-        workers: programs trained at once (each in its own process when > 1).
+        workers: units (programs or batches) trained at once (each in its own process when
+            > 1).
         cache_dir: JAX's persistent compilation cache, or ``None``.
         budget_s: wall-clock seconds per program (compile, training and scoring) after
             which its worker process is killed and the program scored as failed with the
-            reason; 0: no budget.
+            reason (a batch of K gets K times the budget); 0: no budget.
+        batch: the most programs trained in one compiled program (1: one at a time).
     """
 
     def __init__(
-        self, workers: int = 1, cache_dir: str | Path | None = None, budget_s: float = 0.0
+        self,
+        workers: int = 1,
+        cache_dir: str | Path | None = None,
+        budget_s: float = 0.0,
+        batch: int = 1,
     ):
         self.workers = int(workers)
         self.budget_s = float(budget_s)
+        self.batch = int(batch)
         self._cache = compilation_cache(cache_dir)
         self._cache.__enter__()
         cache = None if cache_dir is None else str(cache_dir)
@@ -326,13 +593,32 @@ class ProgramEvaluator:
             Exception: what :func:`evaluate_program` raises (bad data or config).
             RuntimeError: a worker process could not start.
         """
+        jobs = plan_jobs(tasks, self.batch)
+        retry: list[int] = []
+        for job, results, failure in self._run(tasks, jobs):
+            if results is not None:
+                yield from zip(job, results, strict=True)
+            elif len(job) > 1:
+                retry.extend(job)
+            else:
+                yield job[0], failure
+        for job, results, failure in self._run(tasks, [[i] for i in retry]):
+            yield job[0], failure if results is None else results[0]
+
+    def _run(self, tasks: list[tuple], jobs: list[list[int]]):
+        """Yields ``(job, results, failure)`` per job as each ends: ``results`` is
+        ``None`` when the job failed as a whole, ``failure`` then says why (a failed
+        :class:`ProgramResult`; ``None`` for a batch that raised in place)."""
         if self._pool is None:
-            for i, args in enumerate(tasks):
-                yield i, evaluate_program(*args)
+            for job in jobs:
+                results = _evaluate_job([tasks[i] for i in job])
+                yield job, results, None
             return
-        for i, outcome in self._pool.run(evaluate_program, tasks, self.budget_s or None):
+        budgets = [self.budget_s * len(job) or None for job in jobs]
+        args = [([tasks[i] for i in job],) for job in jobs]
+        for j, outcome in self._pool.run(_evaluate_job, args, budgets):
             if outcome.status == "done":
-                yield i, outcome.value
+                yield jobs[j], outcome.value, None
                 continue
             if outcome.status == "timeout":
                 reason = (
@@ -341,7 +627,7 @@ class ProgramEvaluator:
                 )
             else:
                 reason = f"the training worker process died (exit code {outcome.exitcode})"
-            yield i, _failed(reason, time.perf_counter() - outcome.seconds)
+            yield jobs[j], None, _failed(reason, time.perf_counter() - outcome.seconds)
 
     def close(self) -> None:
         """Stops the worker processes (killing programs still running) and restores the

@@ -9,7 +9,9 @@ One outer iteration j:
    module's share of the K candidates;
 3. every completion is parsed and validated (both stages, in the sandbox);
 4. each valid candidate is trained with the incumbent (best so far) of the other slot and
-   scored on validation days; a rejected or crashed candidate, or one still training at
+   scored on validation days (candidates that build the same network, e.g. reward
+   candidates, train together in one compiled program, up to ``loop.candidate_batch``);
+   a rejected or crashed candidate, or one still training at
    ``loop.train_budget_s``, scores ``loop.failure_score`` (less
    ``loop.failure_stage_step`` per stage it did not reach) and its error text goes into the
    next prompt;
@@ -75,6 +77,8 @@ class LoopOutcome:
         reason: why the loop stopped (``converged``, ``max_iterations``).
         candidates_per_hour: evaluated (trained) candidates per hour of loop wall time.
         compile_share: share of candidate evaluation time spent compiling.
+        cache_hits: compiled programs loaded from the persistent compilation cache
+            (``loop.compilation_cache``) while training candidates.
     """
 
     iterations: list[IterationSummary]
@@ -82,6 +86,7 @@ class LoopOutcome:
     reason: str
     candidates_per_hour: float
     compile_share: float
+    cache_hits: float
 
 
 #: Where a candidate can fail, in order (validation stages, then training and scoring).
@@ -442,7 +447,9 @@ class SERLLoop:
             t = cand.timing
             self.log(
                 f"  {cand.id} {cand.module}: {self.score_label} {cand.score:.2f} bps{note}"
-                + (f" [{t['total']:.0f}s, compile {t['compile']:.0f}s]" if "compile" in t else "")
+                + (f" [{t['total']:.0f}s, compile {t['compile']:.0f}s" if "compile" in t else "")
+                + (f", 1/{t['batch']:.0f} of a batch" if "batch" in t else "")
+                + ("]" if "compile" in t else "")
             )
         elif cand.status in ("rejected", "crashed"):
             self.log(f"  {cand.id} {cand.module}: {cand.status}: {cand.error[:160]}")
@@ -520,7 +527,9 @@ class SERLLoop:
         elapsed_before = float(self._meta("elapsed_seconds", 0.0))
         reason = "max_iterations"
         cache = self.store.root / "xla_cache" if self.loop.compilation_cache else None
-        with ProgramEvaluator(self.loop.workers, cache, self.loop.train_budget_s) as evaluator:
+        with ProgramEvaluator(
+            self.loop.workers, cache, self.loop.train_budget_s, self.loop.candidate_batch
+        ) as evaluator:
             for j in range(0, self.loop.iterations + 1):
                 if j in finished:
                     if self.low_level is not None and j > 0 and j not in updated:
@@ -558,6 +567,7 @@ class SERLLoop:
             reason=reason,
             candidates_per_hour=len(evaluated) / max(elapsed, 1e-9) * 3600.0,
             compile_share=compile_s / total_s if total_s > 0 else 0.0,
+            cache_hits=sum(c.timing.get("cache_hits", 0.0) for c in evaluated),
         )
 
     def _meta(self, key: str, default: Any) -> Any:

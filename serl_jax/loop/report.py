@@ -142,6 +142,7 @@ def write_report(
         "candidates": counts,
         "candidates_per_hour": outcome.candidates_per_hour,
         "compile_share": outcome.compile_share,
+        "cache_hits": outcome.cache_hits,
         "best": best.to_record(),
         "top": [c.id for c in ranked[:top]],
         "test": {name: m.to_dict() for name, (m, _) in results.items()},
@@ -163,7 +164,8 @@ def write_report(
         f"Stopped: {outcome.reason} after {len(outcome.iterations) - 1} outer iterations; "
         f"candidates: {', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}; "
         f"{outcome.candidates_per_hour:.0f} candidates/hour, "
-        f"{outcome.compile_share:.0%} of candidate time compiling.",
+        f"{outcome.compile_share:.0%} of candidate time compiling, "
+        f"{outcome.cache_hits:.0f} compiled programs from the persistent cache.",
         "",
         f"Candidates are ranked by their mean validation {label} (`loop.score`).",
         "",

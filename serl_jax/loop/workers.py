@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.connection import wait
@@ -71,7 +71,7 @@ class _Worker:
         self.process.start()
         theirs.close()
         self.ready = False
-        self.task: tuple[int, float] | None = None  # (task index, start time)
+        self.task: tuple[int, float, float | None] | None = None  # (index, start, budget)
 
     def stop(self) -> None:
         """Kills the process (SIGKILL) and waits for it."""
@@ -107,7 +107,10 @@ class WorkerPool:
         return _Worker(self._ctx, *self._start)
 
     def run(
-        self, fn: Callable[..., Any], tasks: Iterable[tuple], budget_s: float | None = None
+        self,
+        fn: Callable[..., Any],
+        tasks: Iterable[tuple],
+        budget_s: float | Sequence[float | None] | None = None,
     ) -> Iterator[tuple[int, TaskOutcome]]:
         """Runs ``fn(*args)`` for each task; yields ``(index, outcome)`` as each ends.
 
@@ -115,7 +118,8 @@ class WorkerPool:
             fn: a module-level (picklable) function.
             tasks: argument tuples (picklable).
             budget_s: wall-clock seconds per task, after which its process is killed
-                (``"timeout"``) and replaced; ``None``: no limit.
+                (``"timeout"``) and replaced; one per task (a sequence), or one for all;
+                ``None``: no limit.
 
         Raises:
             RuntimeError: a worker process died before it was ready (start-up failure:
@@ -123,24 +127,27 @@ class WorkerPool:
             Exception: whatever ``fn`` raised, re-raised here (remaining tasks dropped).
         """
         queue = deque(enumerate(tasks))
+        budgets = list(budget_s) if isinstance(budget_s, Sequence) else [budget_s] * len(queue)
         while queue or any(w.task is not None for w in self._workers):
             for w in self._workers:
                 if w.ready and w.task is None and queue:
                     index, args = queue.popleft()
                     w.conn.send((fn, args))
-                    w.task = (index, time.monotonic())
-            started = [w.task[1] for w in self._workers if w.task is not None]
-            timeout = None
-            if budget_s is not None and started:
-                timeout = max(0.0, min(started) + budget_s - time.monotonic())
+                    w.task = (index, time.monotonic(), budgets[index])
+            deadlines = [
+                start + budget
+                for w in self._workers
+                if w.task is not None
+                for _, start, budget in [w.task]
+                if budget is not None
+            ]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             handles = [h for w in self._workers for h in (w.conn, w.process.sentinel)]
             wait(handles, timeout)
             for slot, w in enumerate(self._workers):
-                yield from self._check(slot, w, budget_s)
+                yield from self._check(slot, w)
 
-    def _check(
-        self, slot: int, w: _Worker, budget_s: float | None
-    ) -> Iterator[tuple[int, TaskOutcome]]:
+    def _check(self, slot: int, w: _Worker) -> Iterator[tuple[int, TaskOutcome]]:
         """Handles one worker's message, death or overrun (replacing it if needed)."""
         now = time.monotonic()
         if w.conn.poll():
@@ -152,7 +159,7 @@ class WorkerPool:
                 w.ready = True
                 return
             if kind in ("done", "raised"):
-                index, start = w.task
+                index, start, _ = w.task
                 w.task = None
                 if kind == "raised":
                     raise value
@@ -167,11 +174,11 @@ class WorkerPool:
                 )
             self._workers[slot] = self._spawn()
             if w.task is not None:
-                index, start = w.task
+                index, start, _ = w.task
                 yield index, TaskOutcome(None, "died", now - start, w.process.exitcode)
             return
-        if w.task is not None and budget_s is not None and now - w.task[1] > budget_s:
-            index, start = w.task
+        if w.task is not None and w.task[2] is not None and now - w.task[1] > w.task[2]:
+            index, start, _ = w.task
             w.stop()
             self._workers[slot] = self._spawn()
             yield index, TaskOutcome(None, "timeout", now - start)

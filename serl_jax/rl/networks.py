@@ -10,6 +10,7 @@ units).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import numbers
@@ -103,3 +104,34 @@ def declared_prior_anchor(network: nn.Module) -> float | None:
             f"[0, {MAX_PRIOR_ANCHOR_STEPS:g}], got {value!r}"
         )
     return float(value)
+
+
+def network_code_key(code: str) -> str:
+    """A network program's code without the declaration of its prior anchor (an
+    ``ast.dump``): programs with equal keys build the same network and differ at most in
+    the anchor (declared or not), so they can train together with one shared network and
+    a prior per program (:func:`serl_jax.experiment.train_candidates`).
+
+    A program that reads the field anywhere besides declaring it (its network could then
+    depend on the value), or that does not parse, keys as its whole code.
+
+    Args:
+        code: network program source.
+
+    Returns:
+        The key (a string).
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            node.body = [stmt for stmt in node.body if not _declares_anchor(stmt)]
+    key = ast.dump(tree)
+    return code if PRIOR_ANCHOR_FIELD in key else key
+
+
+def _declares_anchor(stmt: ast.stmt) -> bool:
+    targets = [stmt.target] if isinstance(stmt, ast.AnnAssign) else getattr(stmt, "targets", [])
+    return any(isinstance(t, ast.Name) and t.id == PRIOR_ANCHOR_FIELD for t in targets)

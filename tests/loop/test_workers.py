@@ -63,3 +63,10 @@ def test_a_worker_that_cannot_start_is_an_error_not_a_task_outcome():
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
         WorkerPool(0)
+
+
+def test_each_task_can_have_its_own_budget():
+    with WorkerPool(2) as pool:
+        outcomes = dict(pool.run(task, [("sleep", 600.0), ("sleep", 4.0)], budget_s=[2.0, None]))
+    assert outcomes[0].status == "timeout" and 2.0 <= outcomes[0].seconds < 5.0
+    assert outcomes[1].status == "done" and outcomes[1].value == 8.0  # no budget: finishes
