@@ -1,9 +1,10 @@
 """Training with seed selection and policy evaluation: the steps both CLIs share.
 
 ``train_policy`` trains ``run.num_seeds`` PPO policies in parallel (one ``vmap`` over
-seeds, updates in jitted chunks so progress can be shown), then keeps the seed with the
-best PA on the validation days. ``evaluate_policies`` runs any set of policies through
-the same vectorized rollout and scores them.
+seeds, updates in jitted chunks so progress can be shown), then keeps the best seed on
+the validation days by ``loop.score``. ``train_candidates`` does the same for K
+candidates (rewards and priors) in one compiled program. ``evaluate_policies`` runs any
+set of policies through the same vectorized rollout and scores them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The SE-RL outer loop: designer -> code -> validation -> training -> metrics -> designer.
 
 - :mod:`serl_jax.loop.outer`: :class:`SERLLoop`, Algorithm 1 of the seeds.
-- :mod:`serl_jax.loop.evaluation`: training and scoring one candidate program.
+- :mod:`serl_jax.loop.evaluation`: training and scoring a candidate program, alone or with
+  others in one compiled program.
 - :mod:`serl_jax.loop.workers`: worker processes that stop a task at its wall-clock budget.
 - :mod:`serl_jax.loop.store`: the SQLite run store that makes runs resumable.
 - :mod:`serl_jax.loop.convergence`: the EMA stopping rule.
@@ -9,7 +10,12 @@
 """
 
 from serl_jax.loop.convergence import EmaConvergence
-from serl_jax.loop.evaluation import ProgramEvaluator, ProgramResult, evaluate_program
+from serl_jax.loop.evaluation import (
+    ProgramEvaluator,
+    ProgramResult,
+    evaluate_batch,
+    evaluate_program,
+)
 from serl_jax.loop.outer import LoopOutcome, SERLLoop, candidate_feedback
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore, StoreError
 
@@ -24,5 +30,6 @@ __all__ = [
     "SERLLoop",
     "StoreError",
     "candidate_feedback",
+    "evaluate_batch",
     "evaluate_program",
 ]

@@ -61,8 +61,8 @@ __all__ = [
     "ProgramEvaluator",
     "ProgramResult",
     "candidate_market",
-    "evaluate_program",
     "evaluate_batch",
+    "evaluate_program",
     "load_program",
     "plan_jobs",
 ]
