@@ -25,6 +25,13 @@ report validation and test days; test days only report.
 ``--heldout`` holds each symbol out of training in turn and scores PPO on every day of
 it (stocks the policy has never seen).
 
+``--headroom`` trains nothing: it asks how much an honest observation can add to the
+action prior at all. Hand-made tilts ``logit = prior(obs) + β · z``, with ``z`` one
+market feature's normalized value averaged over the last three minutes the observation
+holds (volume share, rolling volatility, log return) and β on a grid, are paired with
+the prior alone on the same orders; the best tilt per market is chosen on validation
+days and reported on test days (a yardstick for what PPO's ``PPO-prior`` could reach).
+
 ``--ablation`` trains each configuration of :data:`ABLATION` (the fixes of the learning
 issue, one at a time, on top of the old defaults) with and without the leak and prints the
 paired differences on validation days (the days designs are chosen on).
@@ -36,6 +43,7 @@ ablation at the default preset)::
     python benchmarks/bench_learning.py --ablation
     python benchmarks/bench_learning.py --ablation --only participation   # some rows
     python benchmarks/bench_learning.py --heldout
+    python benchmarks/bench_learning.py --headroom        # seconds, no training
     python benchmarks/bench_learning.py --config configs/gpu.yaml   # on an accelerator
 """
 
@@ -47,6 +55,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from bench_env import machine_description
 
@@ -127,6 +136,57 @@ def _prior_policy(cfg: Config):
         return jax.nn.sigmoid(prior(obs))
 
     return policy
+
+
+TILT_FEATURES = ("log_return", "rolling_volatility", "volume_share")
+TILT_BETAS = (-0.5, -0.2, 0.2, 0.5)
+TILT_SLOTS = 3
+
+
+def _tilt_policy(cfg: Config, feature: int, n_features: int):
+    """The prior's logit plus ``β`` (the policy parameter) times market feature
+    ``feature``'s normalized value averaged over the last :data:`TILT_SLOTS` slots of the
+    observation (layout: 4 private features, then ``lookback`` slots of ``n_features``)."""
+    prior, lookback = cfg.network.prior(), cfg.env["lookback"]
+    index = jnp.array([4 + (lookback - 1 - j) * n_features + feature for j in range(TILT_SLOTS)])
+
+    def policy(beta, key, obs, state, env_params):
+        return jax.nn.sigmoid(prior(obs) + beta * obs[index].mean())
+
+    return policy
+
+
+def headroom(cfg: Config, markets: list[str]) -> None:
+    """Hand-made feature tilts of the prior, paired with the prior alone (shortfall)."""
+    env = ExecutionEnv()
+    for market in markets:
+        splits = load_splits(cfg, market)
+        names = list(splits.train.feature_names)
+        policies = {PRIOR: (_prior_policy(cfg), None)}
+        for feature in TILT_FEATURES:
+            for beta in TILT_BETAS:
+                policy = _tilt_policy(cfg, names.index(feature), len(names))
+                policies[f"{feature} β={beta:+.1f}"] = (policy, jnp.float32(beta))
+        chosen = None
+        for split in ("val", "test"):
+            params = cfg.env_params(MarketData.from_episodes(splits.split(split)))
+            results = evaluate_policies(cfg, env, params, policies)
+            side = float(params.side)
+            base = shortfall(results[PRIOR][1].outcomes(side))
+            diffs = {
+                name: paired_difference(shortfall(rollout.outcomes(side)), base)
+                for name, (_, rollout) in results.items()
+                if name != PRIOR
+            }
+            if split == "val":
+                chosen = max(diffs, key=lambda name: diffs[name].value)
+                for name, d in diffs.items():
+                    print(f"{splits.name:8s} val  n={len(base):3d} | {name:26s} - prior {_cell(d)}")
+            print(
+                f"{splits.name:8s} {split:4s} n={len(base):3d} | best on validation days: "
+                f"{chosen} - prior shortfall {_cell(diffs[chosen])}",
+                flush=True,
+            )
 
 
 def rung_a(cfg: Config) -> list[str]:
@@ -319,6 +379,9 @@ def main() -> None:
     parser.add_argument(
         "--heldout", action="store_true", help="leave-one-symbol-out evaluation instead"
     )
+    parser.add_argument(
+        "--headroom", action="store_true", help="hand-made feature tilts of the prior instead"
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
@@ -337,6 +400,8 @@ def main() -> None:
         ablation(cfg, markets, args.only)
     elif args.heldout:
         heldout(cfg, markets)
+    elif args.headroom:
+        headroom(cfg, markets)
     else:
         if "a" in args.rungs:
             print("\n".join(rung_a(cfg)), flush=True)
