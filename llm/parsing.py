@@ -16,6 +16,10 @@ Rules (:func:`extract_code`), in order:
 Returned code is dedented, has no trailing blank lines, ends with one newline and always
 parses with :func:`ast.parse`; whether it is *acceptable* is decided later by
 :mod:`llm.validate`.
+
+:func:`code_block_end` tells a generator where it may stop: after the line that closes
+the first Python block (what a small model writes after it is prose or more code that
+rule 1 reads only when that block does not parse).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import ast
 import re
 import textwrap
 
-__all__ = ["ParseError", "extract_code"]
+__all__ = ["ParseError", "code_block_end", "extract_code"]
 
 _PYTHON_TAGS = frozenset({"", "python", "py", "python3"})
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^`]*$")
@@ -130,3 +134,37 @@ def extract_code(completion: str) -> str:
         "no Python code in the completion (no code fence and no line starting with "
         "def/class/import/from)"
     )
+
+
+def code_block_end(completion: str) -> int | None:
+    """Where a completion may stop: the offset just past the line (its newline included)
+    that closes the first fenced Python block (tagged ``python``, ``py``, ``python3`` or
+    untagged), or ``None`` while no such block is closed. A closing fence without its
+    newline yet does not count (the line could still grow, e.g. into a new opening).
+
+    Examples:
+        >>> code_block_end("Sure:\\n```python\\nx = 1\\n```\\nDone.")
+        26
+        >>> code_block_end("```json\\n{}\\n```\\n```python\\nx = 1\\n```") is None
+        True
+
+    Args:
+        completion: the text generated so far.
+
+    Returns:
+        A character offset into ``completion``, or ``None``.
+    """
+    offset, tag = 0, None
+    for line in completion.replace("\r\n", "\n").replace("\r", "\n").splitlines(keepends=True):
+        if not line.endswith("\n"):
+            return None
+        offset += len(line)
+        body = line[:-1]
+        if tag is None:
+            m = _FENCE.match(body)
+            tag = m.group(1).lower() if m else None
+        elif _CLOSE.match(body):
+            if tag in _PYTHON_TAGS:
+                return offset
+            tag = None
+    return None

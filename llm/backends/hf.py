@@ -32,8 +32,12 @@ Behaviour:
   ``seed`` (same weights, prompts, device and library versions) returns the same samples,
   and the global torch RNG state is left as it was.
 - Completions end at the first end-of-sequence token (the tokenizer's EOS and those of the
-  model's generation config) or after ``max_new_tokens`` tokens. Texts are decoded from the
-  new tokens only, without special tokens.
+  model's generation config), after ``max_new_tokens`` tokens, or (``stop_after_code``,
+  the default) with the token that completes the line closing the first Python code block
+  (:func:`llm.parsing.code_block_end`): generation stops there for that row, and the
+  completion's tokens, text and log-probabilities end with that token (what the model
+  would have written after it is never sampled, so it is not scored either). Texts are
+  decoded from the new tokens only, without special tokens.
 - Batching: all prompts of a call go through ``model.generate`` together, left-padded; the
   tokenizer's ``padding_side`` is set to ``"left"`` and a missing pad token is set to EOS.
 
@@ -50,9 +54,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from llm.backends.base import Backend, BackendError, check_generate_args
+from llm.parsing import code_block_end
 
 __all__ = ["Completion", "HFBackend"]
 
@@ -124,7 +134,8 @@ class Completion:
     Attributes:
         text: the decoded new tokens, special tokens skipped.
         token_ids: the new token ids, up to and including the first end-of-sequence token
-            (which is kept: its probability is the model's decision to stop); no padding.
+            (which is kept: its probability is the model's decision to stop) or the token
+            that closed the first code block; no padding.
         token_logprobs: ``log p(token_ids[i] | prompt, token_ids[:i])`` in nats under the
             model's untempered (temperature-1) softmax, one float per token, whatever the
             sampling temperature was.
@@ -158,6 +169,8 @@ class HFBackend(Backend):
         trust_remote_code: allow model/tokenizer code shipped with the checkpoint.
         seed: seed of the sampling calls (see the module docstring).
         system_prompt: an optional system message put before each prompt.
+        stop_after_code: end a completion after the line that closes its first Python
+            code block (see the module docstring).
 
     Attributes:
         model: the ``PreTrainedModel`` (on ``device``, eval mode); may be replaced by a
@@ -185,6 +198,7 @@ class HFBackend(Backend):
         trust_remote_code: bool = False,
         seed: int = 0,
         system_prompt: str | None = None,
+        stop_after_code: bool = True,
     ) -> None:
         path_or_name = str(path_or_name).strip()
         source, gguf_file, is_local = _resolve_source(path_or_name)
@@ -228,6 +242,7 @@ class HFBackend(Backend):
         self.model = model.eval()
         self.uses_chat_template = bool(getattr(tokenizer, "chat_template", None))
         self.system_prompt = system_prompt
+        self.stop_after_code = stop_after_code
         eos = model.generation_config.eos_token_id
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         if tokenizer.eos_token_id is not None:
@@ -280,11 +295,24 @@ class HFBackend(Backend):
     # ------------------------------------------------------------------ generation
 
     def _finish(self, ids: list[int]) -> list[int]:
-        """``ids`` up to and including the first end-of-sequence token."""
+        """``ids`` up to and including the first end-of-sequence token, or (with
+        ``stop_after_code``) the token that closes the first code block, if earlier."""
         for i, token in enumerate(ids):
-            if token in self.eos_token_ids:
+            if token in self.eos_token_ids or self._closes_code(ids[: i + 1]):
                 return ids[: i + 1]
         return ids
+
+    def _closes_code(self, ids: list[int]) -> bool:
+        """Whether ``ids`` (new tokens) end exactly with the token that completes the line
+        closing the first Python code block (checked only at tokens holding a newline)."""
+        if not self.stop_after_code or "\n" not in self.tokenizer.decode(ids[-1:]):
+            return False
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        end = code_block_end(text)
+        if end is None:
+            return False
+        before = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
+        return code_block_end(before) is None
 
     def _sample(
         self, prompts: list[str], n: int, temperature: float, max_new_tokens: int
@@ -314,6 +342,9 @@ class HFBackend(Backend):
                 max_new_tokens=max_new_tokens,
                 eos_token_id=sorted(self.eos_token_ids),
                 pad_token_id=self.tokenizer.pad_token_id,
+                stopping_criteria=StoppingCriteriaList(
+                    [_CodeBlockClosed(self, batch["input_ids"].shape[1])]
+                ),
                 return_dict_in_generate=True,
                 output_logits=True,
             )
@@ -427,3 +458,16 @@ class HFBackend(Backend):
             ValueError: the completion has no tokens.
         """
         return self.token_logprobs(prompt, completion).sum()
+
+
+class _CodeBlockClosed(StoppingCriteria):
+    """Stops each row whose new tokens have just closed the first Python code block
+    (:meth:`HFBackend._closes_code`); rows stopped earlier stay stopped."""
+
+    def __init__(self, backend: HFBackend, prompt_length: int):
+        self.backend, self.prompt_length = backend, prompt_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        new = input_ids[:, self.prompt_length :].tolist()
+        done = [self.backend._closes_code(row) for row in new]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

@@ -231,3 +231,63 @@ def test_importing_backends_does_not_import_torch():
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.fixture(scope="session")
+def scripted_dir(tmp_path_factory):
+    """A model that writes a fixed script: whole-line tokens and a Llama with no layers,
+    so each next token depends on the current one only (embedding one-hot, ``lm_head``
+    the successor map): ``a`` -> ``Sure:\\n`` -> opening fence -> ``x = 1\\n`` -> closing
+    fence -> ``Done.`` -> ``Done.`` ..."""
+    pieces = ["Sure:\n", "```python\n", "x = 1\n", "```\n", "Done.", "a"]
+    vocab = {t: i for i, t in enumerate(SPECIAL + pieces)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    alternatives = "|".join(p.replace(".", r"\.").replace("\n", r"\n") for p in pieces)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(alternatives + r"|[\s\S]"), "isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", BOS)]
+    )
+    tok.add_special_tokens(SPECIAL)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        pad_token="<pad>",
+    )  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=len(vocab), hidden_size=16, intermediate_size=16, num_hidden_layers=0,
+        num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=64,
+        bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config)
+    script = ["a", *pieces[:5], "Done."]
+    with torch.no_grad():
+        model.model.embed_tokens.weight.zero_()
+        model.lm_head.weight.zero_()
+        for i in range(len(vocab)):
+            model.model.embed_tokens.weight[i, i] = 1.0
+        for token, successor in zip(script, script[1:], strict=False):
+            model.lm_head.weight[vocab[successor], vocab[token]] = 20.0
+    folder = tmp_path_factory.mktemp("scripted")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_generation_stops_after_the_first_code_block(scripted_dir):
+    closed = "Sure:\n```python\nx = 1\n```\n"
+    stopping = HFBackend(str(scripted_dir))
+    # greedy, and sampled in one batch with a prompt that never opens a block
+    [[greedy]] = stopping.generate_with_logprobs(["a"], n=1, temperature=0.0, max_new_tokens=8)
+    assert greedy.text == closed and len(greedy.token_ids) == 4
+    sampled, endless = stopping.generate_with_logprobs(
+        ["a", "Done."], n=2, temperature=1.0, max_new_tokens=8
+    )
+    for c in sampled:
+        assert c.text == closed and len(c.token_logprobs) == 4
+        expected = recomputed_logprobs(stopping, "a", c.token_ids)
+        assert torch.allclose(torch.tensor(c.token_logprobs), expected, atol=1e-4)
+    assert all(c.text == "Done." * 8 for c in endless)  # the other row ran to its budget
+    [[full]] = HFBackend(str(scripted_dir), stop_after_code=False).generate_with_logprobs(
+        ["a"], n=1, temperature=0.0, max_new_tokens=8
+    )
+    assert full.text == closed + "Done." * 4 and full.token_ids[:4] == greedy.token_ids

@@ -8,7 +8,7 @@ import doctest
 import pytest
 
 import llm.parsing
-from llm.parsing import ParseError, extract_code
+from llm.parsing import ParseError, code_block_end, extract_code
 
 REWARD = "def reward(prev_state, action, next_state, params):\n    return 0.0\n"
 
@@ -94,3 +94,24 @@ def test_no_code_raises_one_line_parse_error(text, match):
         extract_code(text)
     assert "\n" not in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("text", "end"),
+    [
+        ("Sure:\n```python\nx = 1\n```\nDone.", len("Sure:\n```python\nx = 1\n```\n")),
+        ("```\nx = 1\n```  \nmore", len("```\nx = 1\n```  \n")),  # untagged block
+        ("```py\nx = 1\n```", None),  # the closing line is not finished yet
+        ("```python\nx = 1\n", None),  # still open
+        ("no code at all\n", None),
+        # a json block is skipped; the python block after it counts
+        (
+            "```json\n{}\n```\n```python\ny = 2\n```\n",
+            len("```json\n{}\n```\n```python\ny = 2\n```\n"),
+        ),
+    ],
+)
+def test_code_block_end(text, end):
+    assert code_block_end(text) == end
+    if end is not None:
+        assert extract_code(text[:end]) == extract_code(text)
