@@ -233,7 +233,9 @@ def train_policy(
         progress=progress, description=description, on_chunk=on_chunk,
     )  # fmt: skip
     if validation_rollouts is None:
-        validation_rollouts = _default_validation_rollouts(cfg, env, network, val_params)
+        validation_rollouts = _default_validation_rollouts(
+            cfg, env, network, val_params, lambda _: action_prior, np.zeros(cfg.run.num_seeds)
+        )
     best, validation_pa, validation_shortfall = _select_seed(
         cfg, validation_rollouts(run.params), float(val_params.side)
     )
@@ -334,16 +336,9 @@ def train_candidates(
         progress=progress, description=f"PPO x {n_candidates} candidates", on_chunk=on_chunk,
     )  # fmt: skip
     if validation_rollouts is None:
-
-        def validation_rollouts(params):
-            def one(index, p):
-                policy = make_ppo_policy(
-                    network, cfg.ppo.normalize_obs, action_prior=prior_for(index)
-                )
-                return rollout(ExecutionEnv(), policy, p, val_params, jax.random.PRNGKey(0))
-
-            return jax.vmap(one)(jnp.asarray(lane_index), params)
-
+        validation_rollouts = _default_validation_rollouts(
+            cfg, ExecutionEnv(), network, val_params, prior_for, lane_index
+        )
     rollouts = validation_rollouts(run.params)
     out = []
     for k in range(n_candidates):
@@ -444,13 +439,18 @@ def _train_lanes(
     return _LaneRun(_policy_params(runner), curves, compile_seconds, train_seconds)
 
 
-def _default_validation_rollouts(cfg: Config, env, network, val_params: EnvParams) -> Callable:
-    policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
+def _default_validation_rollouts(
+    cfg: Config, env, network, val_params: EnvParams, prior_for: Callable, lane_index
+) -> Callable:
+    """Maps lane parameters ``[L, ...]`` to their deterministic validation rollouts; lane
+    ``i`` acts with the prior ``prior_for(lane_index[i])``."""
 
     def validation_rollouts(params):
-        return jax.vmap(lambda p: rollout(env, policy, p, val_params, jax.random.PRNGKey(0)))(
-            params
-        )
+        def one(index, p):
+            policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=prior_for(index))
+            return rollout(env, policy, p, val_params, jax.random.PRNGKey(0))
+
+        return jax.vmap(one)(jnp.asarray(lane_index, jnp.int32), params)
 
     return validation_rollouts
 
