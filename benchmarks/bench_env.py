@@ -19,7 +19,11 @@ liquidation at the last slot). Three tables:
    with the issue's target (>= 100x at 4,096 episodes) checked.
 3. PPO training (``serl_jax.rl.ppo.make_trainer``, default network): env steps/s of one
    jitted update (rollout of ``num_steps`` steps in ``num_envs`` episodes, GAE, and
-   ``update_epochs`` x ``num_minibatches`` gradient steps), compile time separate.
+   ``update_epochs`` x ``num_minibatches`` gradient steps), compile time separate; and the
+   same update with imagination on (:mod:`serl_jax.rl.mixed_sampling`, ratio 0.5, the
+   library's ``mean_reversion`` program, the slowest of the five in stage 2's timing):
+   every update imagines a fresh pool of 100 days inside the jitted update, and the
+   ratio of the two rates is what imagination costs.
 
 Timings are wall-clock and depend on whatever else runs on the machine; nothing is
 asserted. Run from the repository root::
@@ -43,10 +47,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from llm.designs import library
+from llm.validate import load_validated, validate
 from serl_jax.data import load_market, sample_path
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
+from serl_jax.envs.imagined_market import FeatureStats
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.reference import NumpyExecutionEnv
+from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.ppo import PPOConfig, make_trainer
 
@@ -56,6 +64,7 @@ PPO_NUM_ENVS = (256, 1024, 4096)
 QUICK_PPO_NUM_ENVS = (256,)
 TARGET_EPISODES = 4096
 TARGET_RATIO = 100.0
+IMAGINATION_PROGRAM = "mean_reversion"
 
 
 def machine_description() -> str:
@@ -218,10 +227,28 @@ def print_ratios(
         print(f"target ({TARGET_RATIO:.0f}x at {TARGET_EPISODES:,} episodes): not measured")
 
 
+def imagination_for(market) -> Imagination:
+    """Mixed sampling with the library's ``mean_reversion`` program (validated first)."""
+    code = next(d.code for d in library("imagination") if d.name == IMAGINATION_PROGRAM)
+    verdict = validate(code, "imagination")
+    if not verdict.ok:
+        raise SystemExit(f"{IMAGINATION_PROGRAM} rejected: {verdict.reason}")
+    return Imagination(
+        imagine_fn=load_validated(code, "imagination"),
+        ratio=0.5,
+        stats=FeatureStats.from_train_stats(market.stats),
+    )
+
+
 def bench_ppo(
-    env: ExecutionEnv, params: EnvParams, num_envs_list: tuple[int, ...], num_steps: int
+    env: ExecutionEnv,
+    params: EnvParams,
+    num_envs_list: tuple[int, ...],
+    num_steps: int,
+    imagination: Imagination,
 ) -> None:
-    """Table 3: env steps/s of one jitted PPO update (rollout + GAE + gradient steps)."""
+    """Table 3: env steps/s of one jitted PPO update (rollout + GAE + gradient steps),
+    without and with imagined days."""
     network = make_network()
     first = PPOConfig(num_envs=num_envs_list[0], num_steps=num_steps)
     print(
@@ -231,7 +258,8 @@ def bench_ppo(
     )
     header = (
         f"{'num_envs':>8} | {'steps/update':>12} | {'compile s':>9} | {'update s':>8} | "
-        f"{'env steps/s':>12}"
+        f"{'env steps/s':>12} | {'imagined: update s':>18} | {'env steps/s':>12} | "
+        f"{'ratio':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -239,15 +267,30 @@ def bench_ppo(
         config = PPOConfig(
             num_envs=num_envs, num_steps=num_steps, total_timesteps=num_envs * num_steps
         )
-        trainer = make_trainer(config, env, params, network)
-        runner = jax.block_until_ready(jax.jit(trainer.init)(jax.random.key(0)))
-        _, compile_s, update_s, _ = compile_and_time(trainer.update, (runner,), repeats=1)
+
+        def trainer_for(data, config=config):
+            return make_trainer(config, env, params.replace(data=data), network)
+
+        plain = trainer_for(params.data)
+        mixed = mix_imagined(trainer_for, params.data, imagination, config.num_updates)
+        seconds = {}
+        for name, trainer in (("plain", plain), ("mixed", mixed)):
+            runner = jax.block_until_ready(jax.jit(trainer.init)(jax.random.key(0)))
+            _, compile_s, update_s, _ = compile_and_time(trainer.update, (runner,), repeats=2)
+            seconds[name] = (compile_s, update_s)
         steps = num_envs * num_steps
+        compile_s, update_s = seconds["plain"]
+        mixed_s = seconds["mixed"][1]
         print(
             f"{num_envs:>8,} | {steps:>12,} | {compile_s:>9.2f} | {update_s:>8.3f} | "
-            f"{steps / update_s:>12,.0f}",
+            f"{steps / update_s:>12,.0f} | {mixed_s:>18.3f} | {steps / mixed_s:>12,.0f} | "
+            f"{update_s / mixed_s:>5.2f}x",
             flush=True,
         )
+    print(
+        f"(imagined: ratio {imagination.ratio}, program {IMAGINATION_PROGRAM}; ratio = "
+        "imagined over plain env steps/s)"
+    )
 
 
 def main() -> None:
@@ -273,7 +316,8 @@ def main() -> None:
     ppo_envs = QUICK_PPO_NUM_ENVS if args.quick else PPO_NUM_ENVS
     ppo_envs = tuple(n for n in ppo_envs if n <= max_episodes) or (min(ppo_envs),)
 
-    episodes = load_market(sample_path("cn_1min")).train
+    market = load_market(sample_path("cn_1min"))
+    episodes = market.train
     params = EnvParams(data=MarketData.from_episodes(episodes))
     env = ExecutionEnv()
     print(machine_description())
@@ -287,7 +331,7 @@ def main() -> None:
     numpy_rate = bench_numpy(episodes, params, numpy_seconds)
     print_ratios(rates, rates_no_reset, numpy_rate)
     if not args.no_ppo:
-        bench_ppo(env, params, ppo_envs, args.steps)
+        bench_ppo(env, params, ppo_envs, args.steps, imagination_for(market))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Run configuration: YAML presets plus dotted command-line overrides.
 
-A config has nine sections. ``env`` takes exactly the fields of
+A config has ten sections. ``env`` takes exactly the fields of
 :class:`serl_jax.envs.execution.EnvParams` (but ``data``) and ``ppo`` those of
 :class:`serl_jax.rl.ppo.PPOConfig`, so there is one place where each knob is defined and
 documented. Unknown keys and values of the wrong type are rejected with a one-line
@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from serl_jax.components.imagination import ImaginationBounds
 from serl_jax.envs.execution import CHILD_QUANTITIES, EnvParams, twap_action_prior
 from serl_jax.lob.engine import LOB_ENGINES
 from serl_jax.rl.hybrid import HybridConfig
@@ -392,6 +393,50 @@ class LobConfig:
     engine: str = "auto"
 
 
+@dataclasses.dataclass(frozen=True)
+class ImagineConfig:
+    """Imagined training days (LLM4Imagine, :mod:`serl_jax.components.imagination`).
+
+    Attributes:
+        program: the imagination program plain PPO trains with (``--llm none``): a name
+            of the offline designer's library (``llm.designs.imaginations``) or a path to
+            a ``.py`` file; validated like any candidate. Empty: no imagined days.
+        ratio: the share of training episodes drawn from imagined days, in [0, 1] (the
+            seeds' mixed sampling: 0.5). With ``ratio = r < 1`` the trainer keeps
+            ``M = round(N r / (1 - r))`` imagined days beside the N real ones
+            (:mod:`serl_jax.rl.mixed_sampling`). 0 trains exactly as without a program.
+        tick_size: the instrument's tick handed to the program, currency per share
+            (0: unknown).
+        return_multiple, volatility_multiple, volume_multiple, profile_distance: the
+            bounds of an imagined day against its source day
+            (:class:`~serl_jax.components.imagination.ImaginationBounds`).
+    """
+
+    program: str = ""
+    ratio: float = 0.5
+    tick_size: float = 0.0
+    return_multiple: float = 3.0
+    volatility_multiple: float = 4.0
+    volume_multiple: float = 4.0
+    profile_distance: float = 0.5
+
+    def __post_init__(self):
+        if not 0.0 <= self.ratio <= 1.0:
+            raise ValueError(f"imagine.ratio: must be in [0, 1], got {self.ratio}")
+        if self.tick_size < 0:
+            raise ValueError(f"imagine.tick_size: must be >= 0, got {self.tick_size}")
+        self.bounds()  # range checks of the bounds
+
+    def bounds(self) -> ImaginationBounds:
+        """The :class:`~serl_jax.components.imagination.ImaginationBounds` of these keys."""
+        return ImaginationBounds(
+            return_multiple=self.return_multiple,
+            volatility_multiple=self.volatility_multiple,
+            volume_multiple=self.volume_multiple,
+            profile_distance=self.profile_distance,
+        )
+
+
 # The env section's defaults are EnvParams' but one: a run's learned policies send
 # participation child orders (README "Learning on real bars"); EnvParams keeps the plain
 # fixed-size child order, the one the baselines are defined with.
@@ -415,6 +460,7 @@ class Config:
     dek: DekConfig = DekConfig()
     market: MarketConfig = MarketConfig()
     lob: LobConfig = LobConfig()
+    imagine: ImagineConfig = ImagineConfig()
 
     def env_params(self, data) -> EnvParams:
         """``EnvParams`` for the given ``MarketData`` with this config's env section."""
@@ -441,6 +487,7 @@ class Config:
             "dek": plain(dataclasses.asdict(self.dek)),
             "market": plain(dataclasses.asdict(self.market)),
             "lob": plain(dataclasses.asdict(self.lob)),
+            "imagine": plain(dataclasses.asdict(self.imagine)),
         }
 
 
@@ -526,6 +573,7 @@ _SECTIONS = {
     "dek": DekConfig,
     "market": MarketConfig,
     "lob": LobConfig,
+    "imagine": ImagineConfig,
 }
 
 

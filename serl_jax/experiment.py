@@ -37,11 +37,13 @@ from serl_jax.config import Config
 from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
+from serl_jax.envs.imagined_market import FeatureStats
 from serl_jax.evaluation import Rollout, rollout
 from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage, shortfall
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
+from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import make_trainer
@@ -119,6 +121,26 @@ def dynamic_env_params(
     )
 
 
+def make_imagination(cfg: Config, imagine_fn: Callable | None, stats: TrainStats):
+    """The mixed-sampling settings of ``cfg.imagine`` for a validated imagination
+    program, or ``None`` (no program, or ``imagine.ratio = 0``: training as without one).
+
+    Args:
+        cfg: run configuration (its ``imagine`` section).
+        imagine_fn: the validated ``imagine`` program, or ``None``.
+        stats: the training statistics the market's days were built with.
+    """
+    if imagine_fn is None or cfg.imagine.ratio == 0.0:
+        return None
+    return Imagination(
+        imagine_fn=imagine_fn,
+        ratio=cfg.imagine.ratio,
+        stats=FeatureStats.from_train_stats(stats),
+        bounds=cfg.imagine.bounds(),
+        tick_size=cfg.imagine.tick_size,
+    )
+
+
 def make_env(params: EnvParams) -> ExecutionEnv:
     """The environment that runs ``params``: dynamic for :class:`DynamicEnvParams`."""
     return DynamicExecutionEnv() if isinstance(params, DynamicEnvParams) else ExecutionEnv()
@@ -170,6 +192,7 @@ def train_policy(
     validation_rollouts: Callable[[PPOPolicyParams], Rollout] | None = None,
     dynamic: tuple[Any, Any] | None = None,
     hybrid: HybridConfig | None = None,
+    imagination: Imagination | None = None,
 ) -> TrainedPolicy:
     """Trains ``cfg.run.num_seeds`` policies on training days and keeps the best on
     validation days by ``cfg.loop.score`` (``shortfall`` by default: a seed's PA on a few
@@ -201,6 +224,11 @@ def train_policy(
             ``loss_dynamic``, ``order_pa_static`` and ``order_pa_dynamic``; seed selection
             stays on ``val_params`` with ``env``.
         hybrid: the hybrid-PPO settings (with ``dynamic``).
+        imagination: mixed sampling (:func:`serl_jax.rl.mixed_sampling.mix_imagined`):
+            a share of the training episodes (of both markets) is drawn from days the
+            imagination program makes from the training days; validation stays real.
+            The curves then also hold ``imagined_out_of_bounds``. Seeds are not split
+            by episodes over devices then (only by seeds).
 
     Returns:
         A :class:`TrainedPolicy` (``env_steps`` counts the steps of both markets).
@@ -215,18 +243,27 @@ def train_policy(
     action_prior = cfg.network.prior()
     if (dynamic is None) != (hybrid is None):
         raise ValueError("train_policy: give dynamic and hybrid together (or neither)")
-    if hybrid is None:
-        trainer = make_trainer(cfg.ppo, env, train_params, network, action_prior)
-        lanes = cfg.ppo.num_envs
+
+    def trainer_for(data):
+        static_params = train_params.replace(data=data)
+        if hybrid is None:
+            return make_trainer(cfg.ppo, env, static_params, network, action_prior)
+        dynamic_env, dynamic_params = dynamic
+        return make_hybrid_trainer(
+            cfg.ppo, hybrid, env, static_params, dynamic_env,
+            dynamic_params.replace(data=data), network, action_prior,
+        )  # fmt: skip
+
+    if imagination is None:
+        trainer = trainer_for(train_params.data)
     else:
-        trainer = make_hybrid_trainer(
-            cfg.ppo, hybrid, env, train_params, *dynamic, network, action_prior
-        )
-        lanes = cfg.ppo.num_envs + hybrid.dynamic_envs
+        trainer = mix_imagined(trainer_for, train_params.data, imagination, cfg.ppo.num_updates)
+    lanes = cfg.ppo.num_envs + (0 if hybrid is None else hybrid.dynamic_envs)
     keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
     # Seeds (or the static trainer's episodes) spread over the visible devices.
+    by_episodes = hybrid is None and imagination is None
     plan = plan_devices(
-        cfg.run.num_seeds, cfg.ppo.num_envs if hybrid is None else None, cfg.run.devices
+        cfg.run.num_seeds, cfg.ppo.num_envs if by_episodes else None, cfg.run.devices
     )
     run = _train_lanes(
         cfg, lambda _: trainer, np.zeros(cfg.run.num_seeds, np.int32), keys, plan,

@@ -47,6 +47,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,8 @@ import numpy as np
 import yaml
 
 from llm.backends import BackendError, make_backend
-from llm.validate import SandboxError
+from llm.designs import library
+from llm.validate import SandboxError, load_validated, validate
 from serl_jax.config import LOOP_SCORES, Config, ConfigError, load_config, saved_run_config
 from serl_jax.data import DataError, MarketSplits
 from serl_jax.envs.dynamic import DynamicExecutionEnv
@@ -68,6 +70,7 @@ from serl_jax.experiment import (
     evaluate_policies,
     load_splits,
     make_env,
+    make_imagination,
     train_policy,
 )
 from serl_jax.loop import RunStore, SERLLoop, StoreError
@@ -76,6 +79,7 @@ from serl_jax.market.params import MarketParams
 from serl_jax.metrics import ExecutionMetrics, format_table, price_advantage
 from serl_jax.plots import plot_pa_distribution, plot_training_curve, plot_trajectories
 from serl_jax.rl.checkpoint import save_policy
+from serl_jax.rl.mixed_sampling import Imagination, imagined_share
 from serl_jax.rl.policy import make_ppo_policy
 
 
@@ -91,7 +95,12 @@ def _ppo_policy(cfg: Config, trained) -> tuple[Any, Any]:
 
 
 def run_market(
-    cfg: Config, market: MarketParams | None, splits: MarketSplits, out_dir: Path, progress: bool
+    cfg: Config,
+    market: MarketParams | None,
+    splits: MarketSplits,
+    out_dir: Path,
+    progress: bool,
+    imagination: Imagination | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, ExecutionMetrics]]]:
     """Trains, selects and evaluates on one market; writes its artifacts into ``out_dir``.
 
@@ -104,6 +113,9 @@ def run_market(
         market: the calibrated background parameters of the dynamic market; None (only
             in the static mode, for data without calibrated parameters) scores the
             policies in the static market only.
+        imagination: mixed sampling of imagined training days for every PPO policy
+            trained here (:func:`serl_jax.experiment.make_imagination`); ``None``: real
+            days only.
 
     Returns:
         The market's entry of ``metrics.json`` and the test metrics per market
@@ -132,6 +144,7 @@ def run_market(
             params["val"],
             progress=progress,
             description=f"{label} static",
+            imagination=imagination,
         )
     if mode == "hybrid":
         trained = train_policy(
@@ -143,6 +156,7 @@ def run_market(
             description=f"{label} hybrid",
             dynamic=(DynamicExecutionEnv(), dynamic["train"]),
             hybrid=cfg.market.hybrid_config(),
+            imagination=imagination,
         )
     elif mode == "dynamic":
         trained = train_policy(
@@ -152,11 +166,13 @@ def run_market(
             dynamic["val"],
             progress=progress,
             description=f"{label} dynamic",
+            imagination=imagination,
         )
     else:
         trained = train_policy(
-            cfg, static_env, params["train"], params["val"], progress=progress, description=label
-        )
+            cfg, static_env, params["train"], params["val"], progress=progress,
+            description=label, imagination=imagination,
+        )  # fmt: skip
     policies = {"PPO": _ppo_policy(cfg, trained)}
     if trained_static is not None:
         policies["PPO-static"] = _ppo_policy(cfg, trained_static)
@@ -235,13 +251,64 @@ def run_market(
         },
         "policies": {name: m.to_dict() for name, (m, _) in results.items()},
     }
+    if imagination is not None:
+        out_of_bounds = np.asarray(trained.curves["imagined_out_of_bounds"])
+        entry["imagination"] = {
+            "program": cfg.imagine.program,
+            "ratio": cfg.imagine.ratio,
+            "imagined_share": imagined_share(splits.train.n_episodes, cfg.imagine.ratio),
+            "out_of_bounds": float(out_of_bounds[trained.selected_seed].mean()),
+        }
     if "dynamic" in evaluated:
         entry["policies_dynamic"] = {n: m.to_dict() for n, (m, _) in evaluated["dynamic"].items()}
     return entry, {market: {n: m for n, (m, _) in r.items()} for market, r in evaluated.items()}
 
 
+def imagination_program(cfg: Config) -> tuple[str, Callable | None]:
+    """The validated program of ``cfg.imagine.program``: ``(source code, imagine)``, or
+    ``("", None)`` when none is set.
+
+    The program is a name of the offline designer's library
+    (:data:`llm.designs.imaginations.IMAGINATIONS`) or a path to a ``.py`` file; it runs
+    through both validation stages (in the sandbox) with ``cfg.imagine``'s bounds before
+    it is defined in this process.
+
+    Raises:
+        ValueError: unknown name or unreadable file, or a program that validation rejects
+            (naming the stage and the reason).
+        SandboxError: the sandbox itself failed.
+    """
+    spec = cfg.imagine.program.strip()
+    if not spec:
+        return "", None
+    designs = {d.name: d.code for d in library("imagination")}
+    if spec in designs:
+        code = designs[spec]
+    elif spec.endswith(".py"):
+        try:
+            code = Path(spec).read_text()
+        except OSError as err:
+            raise ValueError(f"imagine.program: cannot read {spec}: {err.strerror}") from None
+    else:
+        raise ValueError(
+            f"imagine.program: {spec!r} is neither a library program "
+            f"({', '.join(designs)}) nor a .py file"
+        )
+    verdict = validate(code, "imagination", bounds=cfg.imagine.bounds())
+    if not verdict.ok:
+        raise ValueError(
+            f"imagine.program {spec}: rejected at stage {verdict.stage}: {verdict.reason}"
+        )
+    return code, load_validated(code, "imagination")
+
+
 def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
     """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``)."""
+    try:
+        _, imagine_fn = imagination_program(cfg)
+    except (ValueError, SandboxError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         # every input is read before training starts, so bad input fails in seconds
         # the static market needs no calibrated background populations
@@ -267,8 +334,9 @@ def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
         if not quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
         entry, test_metrics = run_market(
-            cfg, market_params, splits, staging / splits.name, progress=not quiet
-        )
+            cfg, market_params, splits, staging / splits.name, progress=not quiet,
+            imagination=make_imagination(cfg, imagine_fn, splits.stats),
+        )  # fmt: skip
         for kind, by_policy in test_metrics.items():
             for policy, metrics in by_policy.items():
                 table_rows[(f"{splits.name} {kind}", policy)] = metrics

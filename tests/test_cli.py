@@ -215,3 +215,26 @@ def test_interrupted_run_leaves_no_folder_that_looks_complete(tmp_path, monkeypa
     (staged,) = list(tmp_path.iterdir())
     assert staged.name.startswith(".") and staged.name.endswith(".incomplete")
     assert (staged / "config.yaml").is_file() and not (staged / "metrics.json").exists()
+
+
+def test_train_with_an_imagination_program(tmp_path, capsys):
+    """``imagine.program=<library name>``: validated, trained with half the episodes on
+    imagined days, reported in metrics.json; an unknown or rejected program stops the run
+    before any folder is made."""
+    base = ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min"]
+    base += ["--llm", "none", "--env", "static"]
+    assert train.main([*base, "imagine.program=no_such_program"]) == 2
+    assert "imagine.program" in capsys.readouterr().err and not any(tmp_path.iterdir())
+    bad = tmp_path.parent / "zero_volume.py"
+    bad.write_text("def imagine(key, price, volume, params):\n    return price, volume * 0.0\n")
+    assert train.main([*base, f"imagine.program={bad}"]) == 2
+    err = capsys.readouterr().err
+    assert "rejected at stage runtime" in err and "total_volume" in err
+    assert not any(tmp_path.iterdir())
+
+    assert train.main([*base, "imagine.program=flash_dip", "imagine.ratio=0.5"]) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    entry = json.loads((run_dir / "metrics.json").read_text())["markets"]["us_1min"]
+    assert entry["imagination"]["program"] == "flash_dip"
+    assert entry["imagination"]["imagined_share"] == 0.5
+    assert entry["imagination"]["out_of_bounds"] == 0.0

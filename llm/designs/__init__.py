@@ -9,6 +9,8 @@ any model-written candidate).
   (:mod:`serl_jax.components.reward`), units bps times ``params.reward_scale``.
 - :data:`llm.designs.rewards.REWARD_TERMS`: the term pool the designer adds to rewards.
 - :data:`llm.designs.networks.NETWORKS`: actor-critic ``Network`` modules.
+- :data:`llm.designs.imaginations.IMAGINATIONS`: ``imagine`` programs that turn a real
+  training day into a new one (LLM4Imagine).
 
 Conventions the designer's mutations rely on (documented so new programs follow them):
 
@@ -34,7 +36,8 @@ class Design:
 
     Attributes:
         name: short identifier (``pa_penalty``).
-        kind: the slot, ``"reward"`` or ``"network"`` (the validator's ``kind``).
+        kind: the slot, ``"reward"``, ``"network"`` or ``"imagination"`` (the
+            validator's ``kind``).
         code: the program's source (it starts with the comment ``# <name>: <summary>``).
     """
 
@@ -80,7 +83,7 @@ def library(kind: str) -> tuple[Design, ...]:
     """The library programs for a slot.
 
     Args:
-        kind: ``"reward"`` or ``"network"``.
+        kind: ``"reward"``, ``"network"`` or ``"imagination"``.
 
     Raises:
         ValueError: unknown kind.
@@ -93,7 +96,13 @@ def library(kind: str) -> tuple[Design, ...]:
         from llm.designs.networks import NETWORKS
 
         return NETWORKS
-    raise ValueError(f"no design library for kind {kind!r}; use 'reward' or 'network'")
+    if kind == "imagination":
+        from llm.designs.imaginations import IMAGINATIONS
+
+        return IMAGINATIONS
+    raise ValueError(
+        f"no design library for kind {kind!r}; use 'reward', 'network' or 'imagination'"
+    )
 
 
 def reward_terms() -> tuple[RewardTerm, ...]:

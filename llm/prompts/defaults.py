@@ -39,4 +39,12 @@ def reward(prev_state, action, next_state, params):
 
 DEFAULT_NETWORK = library("network")[0].code
 
-DEFAULT_CODE = {"reward": DEFAULT_REWARD, "network": DEFAULT_NETWORK}
+# No imagination is the loop's incumbent; the library's volatility_scale is the program
+# the micro prompt shows and stage 2's run-time reference.
+DEFAULT_IMAGINATION = library("imagination")[0].code
+
+DEFAULT_CODE = {
+    "reward": DEFAULT_REWARD,
+    "network": DEFAULT_NETWORK,
+    "imagination": DEFAULT_IMAGINATION,
+}

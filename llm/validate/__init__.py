@@ -1,4 +1,4 @@
-"""Two-stage validation of LLM-generated code for the reward and network slots.
+"""Two-stage validation of LLM-generated code for the reward, network and imagination slots.
 
 Stage 1 (:mod:`llm.validate.static`) parses the code and checks it against an AST
 allow-list and size limits, executing nothing. Stage 2 (:mod:`llm.validate.sandbox`)
@@ -18,9 +18,13 @@ Entry points: ``kind="reward"``: ``def reward(prev_state, action, next_state, pa
 returning a float32 scalar (``EnvState`` / ``EnvParams`` of
 :mod:`serl_jax.envs.execution`); ``kind="network"``: ``class Network(nn.Module)``,
 instantiated as ``Network()``, whose ``apply(params, obs[..., D])`` returns
-``(policy_outputs [..., 2], value [...])``.
+``(policy_outputs [..., 2], value [...])``; ``kind="imagination"``:
+``def imagine(key, price, volume, params)`` returning ``(price [T], volume [T])``
+(:mod:`serl_jax.components.imagination`), tried on real training days and rejected when
+an imagined day is malformed or outside
+:class:`~serl_jax.components.imagination.ImaginationBounds` (naming the statistic).
 
-Command line: ``python -m llm.validate --kind reward|network FILE [--json]`` (exit 0
+Command line: ``python -m llm.validate --kind reward|network|imagination FILE [--json]`` (exit 0
 accepted, 1 rejected, 2 usage error, 3 sandbox error).
 
 What is enforced, in short (details in each module): stage 1 allows only the listed
@@ -57,10 +61,13 @@ What is not enforced (honestly):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from llm.validate.sandbox import SandboxError, run_runtime_stage
 from llm.validate.static import Limits, StaticError, check_static
+
+if TYPE_CHECKING:  # the sandbox child imports this package before JAX
+    from serl_jax.components.imagination import ImaginationBounds
 
 Stage = Literal["static", "runtime"]
 
@@ -96,19 +103,21 @@ class ValidationResult:
 
 def validate(
     code: str,
-    kind: Literal["reward", "network"],
+    kind: Literal["reward", "network", "imagination"],
     *,
     limits: Limits | None = None,
     runtime: bool = True,
+    bounds: ImaginationBounds | None = None,
 ) -> ValidationResult:
     """Validates candidate code in two stages.
 
     Args:
         code: the candidate's Python source.
-        kind: ``"reward"`` or ``"network"`` (the slot it is meant for).
+        kind: ``"reward"``, ``"network"`` or ``"imagination"`` (the slot it is meant for).
         limits: size and resource limits (:class:`Limits` defaults when ``None``).
         runtime: run stage 2 (``False``: stage 1 only, e.g. for a quick pre-filter; a
             result with ``ok=True`` then means only "passed the static checks").
+        bounds: the imagined-day bounds of ``kind="imagination"`` (defaults when ``None``).
 
     Returns:
         A :class:`ValidationResult`; never raises for bad code.
@@ -124,11 +133,11 @@ def validate(
         return ValidationResult(False, "static", str(e))
     if not runtime:
         return ValidationResult(True, None, "passed the static checks (runtime not run)")
-    ok, reason = run_runtime_stage(code, kind, limits)
+    ok, reason = run_runtime_stage(code, kind, limits, bounds=bounds)
     return ValidationResult(ok, None if ok else "runtime", reason)
 
 
-def load_validated(code: str, kind: Literal["reward", "network"]) -> Any:
+def load_validated(code: str, kind: Literal["reward", "network", "imagination"]) -> Any:
     """Defines already-validated code in this process, in the same restricted globals.
 
     Runs stage 1 again (cheap) and refuses code that fails it; does not re-run stage 2,
@@ -137,10 +146,11 @@ def load_validated(code: str, kind: Literal["reward", "network"]) -> Any:
 
     Args:
         code: the candidate's source, as validated.
-        kind: ``"reward"`` or ``"network"``.
+        kind: ``"reward"``, ``"network"`` or ``"imagination"``.
 
     Returns:
-        The ``reward`` function, or a ``Network()`` instance (a ``flax.linen.Module``).
+        The ``reward`` or ``imagine`` function, or a ``Network()`` instance (a
+        ``flax.linen.Module``).
 
     Raises:
         StaticError: the code fails stage 1.
@@ -149,4 +159,4 @@ def load_validated(code: str, kind: Literal["reward", "network"]) -> Any:
     from llm.validate.restricted import define
 
     entry = define(code, kind)
-    return entry if kind == "reward" else entry()
+    return entry() if kind == "network" else entry

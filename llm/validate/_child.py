@@ -1,7 +1,7 @@
 """Stage-2 child process, started by
 :func:`llm.validate.sandbox.run_runtime_stage` (not a user entry point).
 
-Reads ``{"code", "kind", "limits", "skip_static"}`` as JSON on stdin and writes one line
+Reads ``{"code", "kind", "limits", "skip_static", "bounds"}`` as JSON on stdin and writes one line
 ``@@SERL_VALIDATE@@ {"ok", "reason", "peak_bytes"}`` on stdout (``"setup": true`` added
 when the harness itself failed). Order of work:
 
@@ -23,7 +23,9 @@ when the harness itself failed). Order of work:
 3. Defines the candidate in restricted globals (:mod:`llm.validate.restricted`), checks it
    with ``jax.eval_shape`` on the real shapes, then runs it jitted on the real batch
    (reward: ``jit(vmap(reward))`` and a vmapped ``ExecutionEnv.step_env`` with it; network:
-   ``init`` + ``apply``) and checks shapes, dtypes, finiteness, the parameter count (from
+   ``init`` + ``apply``; imagination: ``jit(vmap(imagine))`` on the sample's training
+   days, then :func:`serl_jax.components.imagination.check_imagined_days`) and checks
+   shapes, dtypes, finiteness, the parameter count (from
    shapes, before allocating) and XLA's estimate of each compiled program's buffers
    (``Limits.max_program_bytes``, before running it).
 4. Times the candidate's compiled trial program against the default program's on the
@@ -41,6 +43,7 @@ Any recorded guard violation rejects the candidate even if its code caught the e
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -227,6 +230,41 @@ def _trial_inputs(batch_size: int):
     return env, params, prev, jnp.asarray(action), nxt, obs
 
 
+@functools.cache
+def _trial_days():
+    """Real source days for an imagination trial: the shipped US sample's training days,
+    ``(keys, price [N, T], volume [N, T], mean minute volume [N])``; loaded once, in the
+    harness's setup (before the guard is armed)."""
+    import jax
+    import jax.numpy as jnp
+
+    from serl_jax.data import load_market, sample_path
+
+    days = load_market(sample_path("us_1min")).train
+    keys = jax.random.split(jax.random.PRNGKey(3), days.n_episodes)
+    return (
+        keys,
+        jnp.asarray(days.price),
+        jnp.asarray(days.volume),
+        jnp.asarray(days.mean_minute_volume),
+    )
+
+
+def _imagination_trial(entry):
+    """The program vmapped over source days with their ``ImagineParams``."""
+    import jax
+
+    from serl_jax.components.imagination import imagine_params
+
+    def trial(keys, price, volume, mean_minute):
+        def one(key, p, v, m):
+            return entry(key, p, v, imagine_params(p, v, m, 0.0))
+
+        return jax.vmap(one)(keys, price, volume, mean_minute)
+
+    return trial
+
+
 def _compile(fn, max_bytes: int, *args):
     """Jits and compiles ``fn`` for ``args``; refuses programs whose buffers exceed
     ``max_bytes`` (XLA's own estimate of temporaries + outputs, before anything runs)."""
@@ -311,6 +349,9 @@ def _default_program(kind: str, env, params, prev, action, nxt, obs):
     if kind == "reward":
         args = (jax.random.PRNGKey(1), prev, action, nxt, params)
         program = jax.jit(_reward_trial(entry, env)).lower(*args).compile()
+    elif kind == "imagination":
+        args = _trial_days()
+        program = jax.jit(_imagination_trial(entry)).lower(*args).compile()
     else:
         module = entry()  # zero parameters: the values do not change the run time
         shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0), obs)
@@ -386,11 +427,31 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
     return note, lambda: apply(variables, obs)
 
 
+def _check_imagination(entry, bounds: dict, max_bytes: int):
+    """Checks an imagination program on real training days; returns ``(note, run)``."""
+    import jax
+
+    from serl_jax.components.imagination import ImaginationBounds, check_imagined_days
+
+    keys, price, volume, mean_minute = _trial_days()
+    trial = _imagination_trial(entry)
+    out = jax.eval_shape(trial, keys, price, volume, mean_minute)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ValueError("imagine must return a tuple (price, volume)")
+    program = _compile(trial, max_bytes, keys, price, volume, mean_minute)
+    new_price, new_volume = program(keys, price, volume, mean_minute)
+    reason = check_imagined_days(price, volume, new_price, new_volume, ImaginationBounds(**bounds))
+    if reason is not None:
+        raise ValueError(reason)
+    note = f"imagined {price.shape[0]} real days of {price.shape[1]} minutes within the bounds"
+    return note, lambda: program(keys, price, volume, mean_minute)
+
+
 def run(request: dict, ready=lambda: None) -> dict:
     """Runs stage 2 in this (already resource-limited) process.
 
     Args:
-        request: ``{"code", "kind", "limits", "skip_static"}``.
+        request: ``{"code", "kind", "limits", "skip_static", "bounds"}``.
         ready: called once the harness is set up, just before the candidate is loaded.
 
     Returns:
@@ -423,6 +484,8 @@ def run(request: dict, ready=lambda: None) -> dict:
         if kind == "reward":
             form, program = _check_reward(entry, env, params, prev, action, nxt, max_bytes)
             detail = f"{form}, jit+vmap, finite on {action.shape[0]} real transitions"
+        elif kind == "imagination":
+            detail, program = _check_imagination(entry, request.get("bounds", {}), max_bytes)
         else:
             max_params = int(limits.get("max_params", 1_000_000))
             detail, program = _check_network(entry, obs, max_params, max_bytes)

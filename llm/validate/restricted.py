@@ -146,8 +146,8 @@ def define(code: str, kind: str) -> Any:
 
     Args:
         code: candidate source.
-        kind: ``"reward"`` (returns the ``reward`` function) or ``"network"`` (returns
-            the ``Network`` class).
+        kind: ``"reward"`` (returns the ``reward`` function), ``"imagination"`` (the
+            ``imagine`` function) or ``"network"`` (the ``Network`` class).
 
     Returns:
         The entry point object.
@@ -172,10 +172,11 @@ def exec_entry_point(source: str | ast.Module, kind: str) -> Any:
     """
     namespace = restricted_globals()
     exec(compile(source, CANDIDATE_FILENAME, "exec"), namespace)  # noqa: S102
-    if kind == "reward":
-        entry = namespace.get("reward")
+    if kind in ("reward", "imagination"):
+        name = "reward" if kind == "reward" else "imagine"
+        entry = namespace.get(name)
         if not isinstance(entry, types.FunctionType):
-            raise TypeError("'reward' is not a function")
+            raise TypeError(f"'{name}' is not a function")
         return entry
     import flax.linen as nn
 

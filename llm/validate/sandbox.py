@@ -68,9 +68,13 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llm.validate._child import READY_MARKER, RESULT_MARKER
 from llm.validate.static import Limits
+
+if TYPE_CHECKING:  # the child imports this module before JAX: no JAX import here
+    from serl_jax.components.imagination import ImaginationBounds
 
 __all__ = ["POLL_S", "SandboxError", "network_isolation", "run_runtime_stage"]
 
@@ -238,14 +242,20 @@ def _tail(text: str, lines: int = 3) -> str:
 
 
 def run_runtime_stage(
-    code: str, kind: str, limits: Limits | None = None, *, skip_static: bool = False
+    code: str,
+    kind: str,
+    limits: Limits | None = None,
+    *,
+    skip_static: bool = False,
+    bounds: ImaginationBounds | None = None,
 ) -> tuple[bool, str]:
     """Runs stage 2 for ``code`` in a child process.
 
     Args:
         code: candidate source.
-        kind: ``"reward"`` or ``"network"``.
+        kind: ``"reward"``, ``"network"`` or ``"imagination"``.
         limits: resource limits (:class:`Limits` defaults when ``None``).
+        bounds: the imagined-day bounds (``kind="imagination"``; defaults when ``None``).
         skip_static: do not re-run stage 1 inside the child. For tests that show the
             sandbox holds on its own; :func:`llm.validate.validate` never sets it.
 
@@ -259,7 +269,13 @@ def run_runtime_stage(
     """
     limits = limits or Limits()
     request = json.dumps(
-        {"code": code, "kind": kind, "limits": asdict(limits), "skip_static": skip_static}
+        {
+            "code": code,
+            "kind": kind,
+            "limits": asdict(limits),
+            "skip_static": skip_static,
+            "bounds": {} if bounds is None else asdict(bounds),
+        }
     )
     # Limits are set by the child itself before it imports JAX (no preexec_fn: forking a
     # JAX process with a Python callback is unsafe; the candidate runs long after).

@@ -41,7 +41,9 @@ The code is parsed with :mod:`ast` and walked against an allow-list. What is enf
 - Entry point: ``kind="reward"``: a top-level ``def reward(prev_state, action, next_state,
   params)`` with exactly those four positional parameters. ``kind="network"``: a top-level
   ``class Network`` whose bases include ``nn.Module`` / ``linen.Module`` / ``Module``; it
-  is instantiated as ``Network()``, so every field needs a default.
+  is instantiated as ``Network()``, so every field needs a default. ``kind="imagination"``:
+  a top-level ``def imagine(key, price, volume, params)`` with exactly those four
+  positional parameters.
 
 What is not enforced here: anything about values (shapes, finiteness, run time, memory);
 those are stage 2's job (:mod:`llm.validate.sandbox`). A static allow-list over Python is
@@ -57,8 +59,8 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["reward", "network"]
-KINDS: tuple[str, ...] = ("reward", "network")
+Kind = Literal["reward", "network", "imagination"]
+KINDS: tuple[str, ...] = ("reward", "network", "imagination")
 
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     {"jax", "jax.numpy", "jax.nn", "jax.lax", "flax.linen", "math", "functools"}
@@ -410,6 +412,16 @@ def _check_entry_point(tree: ast.Module, kind: str) -> None:
         if len(args.args) != 4:
             raise _reject(defs[-1], f"reward takes {len(args.args)} parameters, expected 4 "
                           "(prev_state, action, next_state, params)")  # fmt: skip
+    elif kind == "imagination":
+        defs = [n for n in top if isinstance(n, ast.FunctionDef) and n.name == "imagine"]
+        if not defs:
+            raise StaticError("no top-level function 'def imagine(key, price, volume, params)'")
+        args = defs[-1].args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            raise _reject(defs[-1], "imagine must take exactly four positional parameters")
+        if len(args.args) != 4:
+            raise _reject(defs[-1], f"imagine takes {len(args.args)} parameters, expected 4 "
+                          "(key, price, volume, params)")  # fmt: skip
     elif kind == "network":
         classes = [n for n in top if isinstance(n, ast.ClassDef) and n.name == "Network"]
         if not classes:
