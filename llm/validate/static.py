@@ -399,29 +399,26 @@ def _is_module_base(base: ast.expr) -> bool:
     return isinstance(base, ast.Name) and base.id == "Module"
 
 
+# Function entry points: kind -> (name, its four positional parameters).
+_FUNCTION_ENTRY_POINTS = {
+    "reward": ("reward", "prev_state, action, next_state, params"),
+    "imagination": ("imagine", "key, price, volume, params"),
+}
+
+
 def _check_entry_point(tree: ast.Module, kind: str) -> None:
     top = tree.body
-    if kind == "reward":
-        defs = [n for n in top if isinstance(n, ast.FunctionDef) and n.name == "reward"]
+    if kind in _FUNCTION_ENTRY_POINTS:
+        name, params = _FUNCTION_ENTRY_POINTS[kind]
+        defs = [n for n in top if isinstance(n, ast.FunctionDef) and n.name == name]
         if not defs:
-            raise StaticError("no top-level function 'def reward(prev_state, action, "
-                              "next_state, params)'")  # fmt: skip
+            raise StaticError(f"no top-level function 'def {name}({params})'")
         args = defs[-1].args
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-            raise _reject(defs[-1], "reward must take exactly four positional parameters")
+            raise _reject(defs[-1], f"{name} must take exactly four positional parameters")
         if len(args.args) != 4:
-            raise _reject(defs[-1], f"reward takes {len(args.args)} parameters, expected 4 "
-                          "(prev_state, action, next_state, params)")  # fmt: skip
-    elif kind == "imagination":
-        defs = [n for n in top if isinstance(n, ast.FunctionDef) and n.name == "imagine"]
-        if not defs:
-            raise StaticError("no top-level function 'def imagine(key, price, volume, params)'")
-        args = defs[-1].args
-        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-            raise _reject(defs[-1], "imagine must take exactly four positional parameters")
-        if len(args.args) != 4:
-            raise _reject(defs[-1], f"imagine takes {len(args.args)} parameters, expected 4 "
-                          "(key, price, volume, params)")  # fmt: skip
+            raise _reject(defs[-1], f"{name} takes {len(args.args)} parameters, expected 4 "
+                          f"({params})")  # fmt: skip
     elif kind == "network":
         classes = [n for n in top if isinstance(n, ast.ClassDef) and n.name == "Network"]
         if not classes:
