@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import shutil
 import signal
@@ -231,8 +232,9 @@ def _signal_reason(returncode: int, limits: Limits) -> str:
 
 
 def _memory_reason(peak: int, limits: Limits) -> str:
+    # Rounded up: a peak just past the limit must not read as equal to it.
     return (
-        f"MemoryError: resident memory reached {peak / 2**20:.0f} MiB, "
+        f"MemoryError: resident memory reached {math.ceil(peak / 2**20)} MiB, "
         f"limit {limits.memory_bytes / 2**20:.0f} MiB"
     )
 
