@@ -36,6 +36,7 @@ from serl_jax.rl.mixed_sampling import imagined_share
 from serl_jax.rl.policy import make_ppo_policy
 
 REAL_ONLY = "ratio 0"
+LABEL, CELL = 24, 23  # column widths: a program's label, one paired difference
 
 
 def _cell(d: PairedDifference) -> str:
@@ -82,7 +83,7 @@ def _row(label: str, scores: dict, name: str, n_boot: int) -> str:
     vs_real = paired_difference(pa, pa0, n_bootstrap=n_boot)
     cost_vs_real = paired_difference(cost, cost0, n_bootstrap=n_boot)
     return (
-        f"{label:22s} | {_cell(vs_real)} | {_cell(cost_vs_real)} | "
+        f"{label:{LABEL}s} | {_cell(vs_real)} | {_cell(cost_vs_real)} | "
         f"{_cell(metrics.vs_TWAP)} | {_cell(metrics.shortfall_vs_TWAP)}"
     )
 
@@ -101,10 +102,8 @@ def run_market(cfg: Config, market: str, programs: dict) -> None:
         policies[name] = _train(cfg, splits, fn)
         seconds[name] = time.perf_counter() - t0
     n_boot = cfg.eval.n_bootstrap
-    header = (
-        f"{'':22s} | {'PA - ratio 0':26s} | {'shortfall - ratio 0':26s} | "
-        f"{'PA - TWAP':26s} | {'shortfall - TWAP':26s}"
-    )
+    columns = ("PA - ratio 0", "shortfall - ratio 0", "PA - TWAP", "shortfall - TWAP")
+    header = " | ".join([f"{'':{LABEL}s}", *(f"{c:{CELL}s}" for c in columns)])
     val = _scores(cfg, splits, "val", policies)
     print(f"validation days (bps, paired, 95% CI); training seconds in brackets\n{header}")
     for name in policies:

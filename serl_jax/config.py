@@ -164,7 +164,9 @@ class EvalConfig:
     plot_days: int = 4
 
 
-LOOP_MODULES = ("reward", "network")
+#: The slots the SE-RL designer can write (``loop.modules``); the default run designs the
+#: first two.
+LOOP_MODULES = ("reward", "network", "imagination")
 #: What can rank SE-RL candidates (``loop.score``): the validation metric's key -> the
 #: label prompts and reports give it.
 LOOP_SCORES = {"shortfall": "shortfall", "pa": "PA"}
@@ -186,7 +188,9 @@ class LoopConfig:
             uses 50).
         min_iterations: outer iterations before the convergence test may stop the loop.
         candidates: K, candidates proposed per iteration, split round-robin over ``modules``.
-        modules: the slots the designer writes (``reward``, ``network``).
+        modules: the slots the designer writes: ``reward``, ``network`` (the default) and
+            ``imagination`` (LLM4Imagine: a program whose imagined days make up
+            ``imagine.ratio`` of the training episodes; needs ``imagine.ratio > 0``).
         score: what ranks candidates, the mean over validation orders (bps, higher is
             better) of ``shortfall`` (the spread and impact paid against the replayed
             prices, negative; :func:`serl_jax.metrics.shortfall`) or ``pa`` (the price
@@ -258,7 +262,7 @@ class LoopConfig:
     iterations: int = 3
     min_iterations: int = 2
     candidates: int = 4
-    modules: tuple[str, ...] = LOOP_MODULES
+    modules: tuple[str, ...] = ("reward", "network")
     ema_decay: float = 0.9
     epsilon_bps: float = 0.1
     score: str = "shortfall"
@@ -398,9 +402,12 @@ class ImagineConfig:
     """Imagined training days (LLM4Imagine, :mod:`serl_jax.components.imagination`).
 
     Attributes:
-        program: the imagination program plain PPO trains with (``--llm none``): a name
-            of the offline designer's library (``llm.designs.imaginations``) or a path to
-            a ``.py`` file; validated like any candidate. Empty: no imagined days.
+        program: the imagination program plain PPO trains with (``--llm none``), and in
+            the SE-RL loop the reference candidate's (``j0-default``; the incumbent that
+            reward and network candidates train with until an imagination candidate
+            beats it): a name of the offline designer's library
+            (``llm.designs.imaginations``) or a path to a ``.py`` file; validated like any
+            candidate. Empty: no imagined days.
         ratio: the share of training episodes drawn from imagined days, in [0, 1] (the
             seeds' mixed sampling: 0.5). With ``ratio = r < 1`` the trainer keeps
             ``M = round(N r / (1 - r))`` imagined days beside the N real ones
@@ -593,6 +600,10 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
         raise ConfigError(
             f"ppo.group_size={cfg.ppo.group_size} must divide "
             f"market.dynamic_envs={cfg.market.dynamic_envs} (sibling lanes in both markets)"
+        )
+    if "imagination" in cfg.loop.modules and cfg.imagine.ratio == 0.0:
+        raise ConfigError(
+            "loop.modules: 'imagination' needs imagine.ratio > 0 (no episode would be imagined)"
         )
     return cfg
 

@@ -302,6 +302,7 @@ def train_candidates(
     progress: bool = False,
     on_chunk: Callable[[int, PPOPolicyParams], None] | None = None,
     validation_rollouts: Callable[[PPOPolicyParams], Rollout] | None = None,
+    imagination: Imagination | None = None,
 ) -> list[TrainedPolicy | ValueError]:
     """Trains K candidates that share one network slot in one compiled program, each as
     :func:`train_policy` would (static market); candidate ``k`` has its own reward and
@@ -333,6 +334,8 @@ def train_candidates(
             deterministic validation rollouts; default: a vmapped rollout with each
             lane's prior and the default reward (a rollout's outcomes do not depend on
             the reward).
+        imagination: mixed sampling of imagined training days, one program for every
+            candidate (as for :func:`train_policy`).
 
     Returns:
         K entries in ``reward_fns``' order: a :class:`TrainedPolicy` with its own selected
@@ -362,7 +365,14 @@ def train_candidates(
 
     def trainer_for(index):
         env = ExecutionEnv(reward_fn=switch_reward(reward_fns, index))
-        return make_trainer(cfg.ppo, env, train_params, network, prior_for(index))
+
+        def on(data):
+            params = train_params.replace(data=data)
+            return make_trainer(cfg.ppo, env, params, network, prior_for(index))
+
+        if imagination is None:
+            return on(train_params.data)
+        return mix_imagined(on, train_params.data, imagination, cfg.ppo.num_updates)
 
     seed_keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), n_seeds)
     keys = jnp.tile(seed_keys, (n_candidates, 1))

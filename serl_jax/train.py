@@ -1,9 +1,10 @@
 """``python -m serl_jax.train``: the SE-RL loop, or plain PPO training, on real minute bars.
 
 By default it runs the SE-RL outer loop (:mod:`serl_jax.loop`) with the ``offline``
-designer on the config's ``loop.market``: the designer proposes reward and network code,
-each candidate is validated in the sandbox, trained and scored on validation days, and
-the scores feed the next prompts until the PA moving average converges. The run folder
+designer on the config's ``loop.market``: the designer proposes reward and network code
+(``--modules`` adds ``imagination``, LLM4Imagine's imagined training days), each
+candidate is validated in the sandbox, trained and scored on validation days, and the
+scores feed the next prompts until the PA moving average converges. The run folder
 is written as it happens and can be resumed after a crash or kill::
 
     runs/<time>-serl/
@@ -31,6 +32,7 @@ Usage::
     python -m serl_jax.train [--config FILE] [--llm offline|hf:<model>|openai:<base_url>|none]
                              [--model NAME] [--iterations J] [--candidates K]
                              [--workers N] [--dek off|high|low|both]
+                             [--modules reward,network,imagination]
                              [--env static|dynamic|hybrid]
                              [--data PATH] [--out DIR] [--seed N] [--quiet]
                              [section.key=value ...]
@@ -417,11 +419,13 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
         done = len(store.candidates()) if store is not None else 0
         backend = make_backend(cfg.loop.llm, **backend_options(cfg, done))
         low_level = make_low_level(cfg, backend)
+        # The reference candidate's imagination (validated), needed before it is proposed.
+        reference_imagination = imagination_program(cfg)[0] if done == 0 else ""
         if store is None:
             name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
             yaml_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
             store = RunStore.create(Path(cfg.run.out) / name, cfg.to_dict(), yaml_text)
-    except (DataError, StoreError, BackendError, ValueError) as err:
+    except (DataError, StoreError, BackendError, SandboxError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if log:
@@ -434,6 +438,7 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
         store,
         obs_dim=ExecutionEnv().observation_size(cfg.env_params(data)),
         num_features=data.num_features,
+        imagination_code=reference_imagination,
         low_level=low_level,
         log=log,
     )
@@ -470,6 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, help="K, candidates per outer iteration")
     parser.add_argument("--workers", type=int, help="candidates trained at once (processes)")
     parser.add_argument(
+        "--modules",
+        help="comma-separated slots the designer writes: reward, network, imagination "
+        "(default: loop.modules, reward,network)",
+    )
+    parser.add_argument(
         "--dek",
         choices=["off", "high", "low", "both"],
         help="DEK levels: high = in-context examples + instruction refinement, "
@@ -491,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = {
         "loop.llm": args.llm, "loop.model": args.model, "loop.iterations": args.iterations,
         "loop.candidates": args.candidates, "loop.workers": args.workers,
+        "loop.modules": None if args.modules is None else args.modules.split(","),
         "dek.level": args.dek, "market.mode": args.env,
         "run.seed": args.seed, "run.out": args.out,
     }  # fmt: skip

@@ -17,6 +17,7 @@ from serl_jax.components.imagination import (
     check_imagined_days,
     day_statistics,
     imagine_params,
+    reflection_statistics,
 )
 from serl_jax.config import ConfigError, load_config
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
@@ -27,6 +28,7 @@ from serl_jax.rl.mixed_sampling import (
     Imagination,
     imagined_pool_size,
     imagined_share,
+    imagined_vs_real,
     lane_episodes,
     mix_imagined,
 )
@@ -83,6 +85,19 @@ def test_day_statistics_by_hand():
     np.testing.assert_allclose(day_statistics(price, jnp.zeros(4))["profile"], 0.25)
 
 
+def test_reflection_statistics_by_hand():
+    # Day 0 alternates 100, 101: log returns d, -d, d, -d exactly (a - b = -(b - a)), so
+    # the lag-1 autocorrelation is 3 (-d^2) / (4 d^2) = -0.75; day 1 never moves (0).
+    price = jnp.array([[100.0, 101.0, 100.0, 101.0, 100.0], [50.0] * 5], jnp.float32)
+    volume = jnp.array([[1.0, 2.0, 3.0, 4.0, 0.0], [6.0] * 5], jnp.float32)
+    s = reflection_statistics(price, volume)
+    d = np.log(101.0 / 100.0)
+    assert s["volatility_bps"] == pytest.approx(1e4 * d / 2, rel=1e-4)
+    assert s["abs_daily_return_bps"] == 0.0
+    assert s["day_volume"] == 20.0
+    assert s["return_autocorrelation"] == pytest.approx(-0.75 / 2, abs=1e-5)
+
+
 def test_check_imagined_days_names_each_statistic():
     price, volume = hand_made_day()
     src_p, src_v = np.asarray(price)[None], np.asarray(volume)[None]
@@ -112,6 +127,8 @@ def test_bounds_refuse_nonsense():
         ImaginationBounds(volume_multiple=0.5)
     with pytest.raises(ConfigError, match="imagine.ratio"):
         load_config(None, ["imagine.ratio=1.5"])
+    with pytest.raises(ConfigError, match="'imagination' needs imagine.ratio > 0"):
+        load_config(None, ['loop.modules=["reward", "imagination"]', "imagine.ratio=0"])
 
 
 # --- the library on hand-made days -----------------------------------------------------
@@ -258,6 +275,26 @@ def test_identity_program_imagines_the_real_days(us_market):
         # ones differ by ~1e-7, i.e. up to 1e-3 once divided by the returns' std
         atol = 2e-3 if field.name == "features" else 2e-5
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=atol, err_msg=field.name)
+
+
+def test_reflection_of_the_identity_and_of_a_volatility_scale(us_market):
+    data, stats = _us_setup(us_market)
+
+    def reflect(fn):
+        imagination = Imagination(imagine_fn=fn, ratio=0.5, stats=stats)
+        return imagined_vs_real(imagination, data, jax.random.PRNGKey(3))
+
+    same = reflect(load_validated(IDENTITY, "imagination"))
+    assert same["out_of_bounds"] == 0.0
+    for key, value in same["real"].items():
+        assert same["imagined"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    doubled = reflect(program("volatility_scale", VOL_SCALE=2.0))
+    real, imagined = doubled["real"], doubled["imagined"]
+    assert imagined["volatility_bps"] == pytest.approx(2 * real["volatility_bps"], rel=1e-3)
+    assert imagined["day_volume"] == pytest.approx(real["day_volume"], rel=1e-6)
+    assert imagined["return_autocorrelation"] == pytest.approx(
+        real["return_autocorrelation"], abs=1e-3
+    )
 
 
 def test_days_out_of_bounds_are_replayed_from_their_source(us_market):

@@ -2,9 +2,10 @@
 
 This is **not a language model**. It is the default ``--llm offline`` backend, so that the
 SE-RL loop runs end to end with no model available: it reads the module and the past
-candidates from the prompt, samples reward and network programs from the curated library
-of :mod:`llm.designs` and mutates their terms and constants, and answers in the format a
-model would: one line saying what it did, then the code in a fenced ``python`` block::
+candidates from the prompt, samples reward, network and imagination programs from the
+curated library of :mod:`llm.designs` and mutates their terms and constants, and answers
+in the format a model would: one line saying what it did, then the code in a fenced
+``python`` block::
 
     designer = make_backend("offline", seed=0, explore=0.3)
     [[completion]] = designer.generate([prompt], n=1, temperature=0.8)
@@ -13,7 +14,8 @@ model would: one line saying what it did, then the code in a fenced ``python`` b
 What it reads from a prompt (the contract of :mod:`llm.prompts.builder`):
 
 - the module: the first line ``MODULE: LLM4Reward`` (reward slot), ``MODULE: LLM4Agent``
-  (network slot) or ``MODULE: InstructionRefinement``; a prompt without one is refused
+  (network slot), ``MODULE: LLM4Imagine`` (imagination slot) or
+  ``MODULE: InstructionRefinement``; a prompt without one is refused
   with :class:`BackendError`.
 - past candidates: a line ``### Candidate <id> | <score> <float> bps [| key value ...]``
   (``<score>`` is ``PA`` or ``shortfall``, the run's ``loop.score``; higher is better)
@@ -53,6 +55,8 @@ inverse of the first):
   returned dict (with its constants and helper lines, at most 8 terms), ``drop_term``
   removes one (never the last, never ``pa``) and then the helper lines and constants only
   it used.
+- imagination programs: ``constants`` only (their module-level constants set the size of
+  the scenario: a volatility scale, a trend size, a shock's multiple or length).
 - networks: ``depth`` moves a depth field (``depth``, ``layers``, ``blocks``) or a literal
   ``range(k)`` loop count by one within [1, 4]; ``activation`` replaces every use of one
   flax activation (``nn.tanh``, ``relu``, ``gelu``, ``silu``, ``elu``) by another;
@@ -107,6 +111,7 @@ __all__ = ["INSTRUCTION_HINTS", "MODULES", "Candidate", "OfflineDesigner", "pars
 MODULES: dict[str, str | None] = {
     "LLM4Reward": "reward",
     "LLM4Agent": "network",
+    "LLM4Imagine": "imagination",
     "InstructionRefinement": None,
 }
 
@@ -758,6 +763,7 @@ _Operator = Callable[..., "_Edit | None"]
 OPERATORS: dict[str, tuple[tuple[_Operator, float], ...]] = {
     "reward": ((_op_constants, 0.55), (_op_add_term, 0.25), (_op_drop_term, 0.2)),
     "network": ((_op_constants, 0.4), (_op_depth, 0.3), (_op_activation, 0.3), (_op_anchor, 0.3)),
+    "imagination": ((_op_constants, 1.0),),
 }
 
 

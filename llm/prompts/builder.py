@@ -54,6 +54,8 @@ _ANSWER_FORMAT = {
     "(imports and `def reward`).",
     "network": "Answer with one ```python block holding the complete code "
     "(imports and `class Network`).",
+    "imagination": "Answer with one ```python block holding the complete code "
+    "(imports and `def imagine`).",
 }
 
 
@@ -99,7 +101,7 @@ def design_prompt(
         macro.rstrip(),
         f"MODULE: {micro.module}",
         micro.contract,
-        f"Current default implementation:\n```python\n{micro.default_code.rstrip()}\n```",
+        f"{micro.default_label}:\n```python\n{micro.default_code.rstrip()}\n```",
     ]
     if examples:
         shown = [f"## Past candidates (ascending {score_label}, best last)"]
@@ -144,8 +146,8 @@ def refinement_prompt(
     parts = [
         macro.rstrip(),
         f"MODULE: {REFINEMENT_MODULE}",
-        "You write the instructions that guide the design of reward functions and "
-        "networks for the task above. Past instructions and the best "
+        "You write the instructions that guide the design of reward functions, "
+        "networks and imagined training days for the task above. Past instructions and the best "
         f"{score_label} reached under each (ascending, best last):",
         shown or "(none yet)",
     ]

@@ -2,8 +2,9 @@
 
 Each :class:`MicroPrompt` names the module as the seeds do (LLM4Reward, LLM4Agent), gives
 the exact signature and shapes to return and shows the current default implementation.
-The registry :data:`MICRO_PROMPTS` is keyed by the slot kind; the later modules
-(LLM4Imagine, LLM4Profiling, LLM4Communication) are added here when their slots exist.
+The registry :data:`MICRO_PROMPTS` is keyed by the slot kind (reward: LLM4Reward,
+network: LLM4Agent, imagination: LLM4Imagine); the later modules (LLM4Profiling,
+LLM4Communication) are added here when their slots exist.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm.prompts.defaults import DEFAULT_CODE
-from serl_jax.config import NetworkConfig
+from serl_jax.config import ImagineConfig, NetworkConfig
 
 __all__ = ["MICRO_PROMPTS", "MicroPrompt"]
 
@@ -24,13 +25,15 @@ class MicroPrompt:
         module: the seeds' module name (``LLM4Reward``), written as ``MODULE: <module>``.
         kind: the slot it fills (``reward``, ``network``); the validator's ``kind``.
         contract: what to write: signature, shapes, dtypes, units.
-        default_code: the current default implementation.
+        default_code: the current default implementation (or an example of one).
+        default_label: how the prompt introduces ``default_code``.
     """
 
     module: str
     kind: str
     contract: str
     default_code: str
+    default_label: str = "Current default implementation"
 
 
 LLM4REWARD = MicroPrompt(
@@ -81,4 +84,40 @@ Write the policy/value network for the network slot, a flax.linen module:
     default_code=DEFAULT_CODE["network"],
 )
 
-MICRO_PROMPTS: dict[str, MicroPrompt] = {p.kind: p for p in (LLM4REWARD, LLM4AGENT)}
+_BOUNDS = ImagineConfig()
+
+LLM4IMAGINE = MicroPrompt(
+    module="LLM4Imagine",
+    kind="imagination",
+    contract=f"""\
+Write an imagination program: it turns one real training day into a new, plausible day,
+and training draws {_BOUNDS.ratio:.0%} of its episodes from such imagined days
+(validation and test days stay real):
+
+    def imagine(key, price, volume, params):
+        return new_price, new_volume  # float32 [T] and [T]
+
+- `key`: a JAX PRNG key (use `jax.random`, never Python or NumPy randomness);
+  `price`: float32 [T] minute closes of the real day (currency per share, > 0);
+  `volume`: float32 [T] minute volumes (the data's units, >= 0); T minutes a day.
+- `params`: `params.realized_volatility` (std of the day's T - 1 one-minute log
+  returns, a fraction: 1e-3 = 10 bps), `params.volume_profile` (float32 [T], the
+  day's share of volume per minute, sums to 1), `params.day_volume` (volume units),
+  `params.mean_minute_volume` (the symbol's mean volume per minute on training days),
+  `params.tick_size` (currency per share, 0 when unknown), `params.n_slots` (T, a
+  Python int).
+- Pure JAX (jax, jax.numpy, jax.lax); it is jitted and vmapped over days. Work on log
+  prices so prices stay positive; scale volumes by positive factors.
+- Every imagined day must stay near its source day, or it is replaced by the real day:
+  daily log return within {_BOUNDS.return_multiple:g}x max(|the source's|, one daily
+  std), one-minute volatility and total volume within {_BOUNDS.volatility_multiple:g}x
+  and {_BOUNDS.volume_multiple:g}x (either way), volume profile within total-variation
+  distance {_BOUNDS.profile_distance:g}. The project derives the observation features
+  from the returned price and volume itself.
+- Aim for days that teach the execution policy something the real days show too rarely
+  (turbulent or calm sessions, trends, volume bursts, dips and recoveries).""",
+    default_code=DEFAULT_CODE["imagination"],
+    default_label="An example (by default training uses real days only)",
+)
+
+MICRO_PROMPTS: dict[str, MicroPrompt] = {p.kind: p for p in (LLM4REWARD, LLM4AGENT, LLM4IMAGINE)}

@@ -39,6 +39,7 @@ __all__ = [
     "day_statistics",
     "imagine_params",
     "out_of_bounds",
+    "reflection_statistics",
 ]
 
 ImagineFn = Callable[[jax.Array, jnp.ndarray, jnp.ndarray, "ImagineParams"], tuple]
@@ -126,6 +127,40 @@ def day_statistics(price: jnp.ndarray, volume: jnp.ndarray) -> dict[str, jnp.nda
         "volatility": returns.std(axis=-1),
         "total_volume": volume.sum(axis=-1),
         "profile": _profile(volume),
+    }
+
+
+def reflection_statistics(price: jnp.ndarray, volume: jnp.ndarray) -> dict[str, float]:
+    """What the designer is told about a set of days (LLM4Imagine's reflection): means
+    over the days of
+
+    - ``volatility_bps``: the std (ddof 0) of the one-minute log returns, bps;
+    - ``abs_daily_return_bps``: ``|log(p[T-1] / p[0])|``, bps;
+    - ``day_volume``: the total volume, data units;
+    - ``return_autocorrelation``: the lag-1 sample autocorrelation of the one-minute log
+      returns (``sum(d[t] d[t+1]) / sum(d[t]^2)`` with ``d`` the demeaned returns; 0 for a
+      day without price moves; Box & Jenkins, *Time Series Analysis*, eq. 2.1.12).
+
+    Args:
+        price: ``float32[N, T]`` minute prices (> 0) of N days.
+        volume: ``float32[N, T]`` minute volumes.
+
+    Returns:
+        The four statistics as Python floats.
+    """
+    stats = day_statistics(price, volume)
+    returns = jnp.diff(jnp.log(price), axis=-1)
+    demeaned = returns - returns.mean(axis=-1, keepdims=True)
+    numerator = (demeaned[..., :-1] * demeaned[..., 1:]).sum(axis=-1)
+    denominator = (demeaned**2).sum(axis=-1)
+    autocorrelation = jnp.where(
+        denominator > 0, numerator / jnp.where(denominator > 0, denominator, 1.0), 0.0
+    )
+    return {
+        "volatility_bps": float(1e4 * stats["volatility"].mean()),
+        "abs_daily_return_bps": float(1e4 * jnp.abs(stats["daily_return"]).mean()),
+        "day_volume": float(stats["total_volume"].mean()),
+        "return_autocorrelation": float(autocorrelation.mean()),
     }
 
 

@@ -1,9 +1,11 @@
 """Training and scoring one candidate program (the inner loop of SE-RL).
 
-A *program* is a pair of validated codes, one per slot (reward, network). It is defined
-in restricted globals (:func:`llm.validate.load_validated`), compiled into the jitted PPO
-through the reward and network slots, trained over ``run.num_seeds`` vmapped seeds on the
-training days, and scored on the validation days by PA, shortfall, WR, GLR and AFI (the
+A *program* is the validated code of the reward and network slots, and optionally of the
+imagination slot (LLM4Imagine: ``imagine.ratio`` of the training episodes are then on days
+it imagines, :func:`serl_jax.rl.mixed_sampling.mix_imagined`). It is defined in
+restricted globals (:func:`llm.validate.load_validated`), compiled into the jitted PPO
+through the slots, trained over ``run.num_seeds`` vmapped seeds on the training days,
+and scored on the validation days by PA, shortfall, WR, GLR and AFI (the
 seed with the best validation PA is kept, as in plain training; the loop ranks programs
 by ``loop.score``).
 
@@ -12,7 +14,8 @@ updates the current policies run the validation days once and the reward's named
 (:mod:`serl_jax.components.reward`) are summed per episode; the selected seed's history
 and the final per-term statistics go back into the next prompt.
 
-Programs that build the same network train together (:func:`evaluate_batch`): their K
+Programs that build the same network (and imagine with the same program) train together
+(:func:`evaluate_batch`): their K
 rewards and priors sit behind one index (:func:`serl_jax.components.reward.switch_reward`),
 the index is data (one per vmapped lane, candidates x seeds), so K candidates cost one
 compilation instead of K, and each is scored as if it had trained alone (its lanes get
@@ -50,10 +53,11 @@ from serl_jax.config import Config, config_from_dict
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
-from serl_jax.experiment import train_candidates, train_policy
+from serl_jax.experiment import make_imagination, train_candidates, train_policy
 from serl_jax.loop.workers import WorkerPool
 from serl_jax.metrics import compute_metrics, price_advantage, shortfall
 from serl_jax.rl.checkpoint import save_policy
+from serl_jax.rl.mixed_sampling import imagined_vs_real
 from serl_jax.rl.networks import network_code_key
 from serl_jax.rl.policy import make_ppo_policy
 
@@ -79,6 +83,8 @@ class ProgramResult:
             ``wr``, ``glr``, ``afi``, ``shortfall`` (mean spread-and-impact part of PA)
             (bps or ratios; ``None`` where not finite), ``n_orders``,
             ``validation_pa_per_seed``, ``validation_shortfall_per_seed``,
+            ``imagination`` (with an imagination program:
+            :func:`serl_jax.rl.mixed_sampling.imagined_vs_real` on the training days),
             ``selected_seed`` (chosen by ``loop.score``), ``devices`` (it trained on),
             ``prior_anchor_steps`` (the
             anchor of the action prior it trained with, steps), and per validation order
@@ -121,6 +127,26 @@ def load_program(reward_code: str, network_code: str):
     return load_validated(reward_code, "reward"), load_validated(network_code, "network")
 
 
+def load_imagination(cfg: Config, splits, imagination_code: str):
+    """The mixed sampling of a validated imagination program
+    (:func:`serl_jax.experiment.make_imagination`), or ``None`` for "" (real days only).
+
+    Raises:
+        llm.validate.StaticError, TypeError: the code fails stage 1 again.
+    """
+    from llm.validate import load_validated
+
+    if not imagination_code:
+        return None
+    return make_imagination(cfg, load_validated(imagination_code, "imagination"), splits.stats)
+
+
+def _reflect_imagination(imagination, train_params) -> dict[str, Any] | None:
+    if imagination is None:
+        return None
+    return imagined_vs_real(imagination, train_params.data, jax.random.PRNGKey(0))
+
+
 _MARKETS: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
 
 
@@ -152,15 +178,17 @@ def evaluate_program(
     reward_code: str,
     network_code: str,
     artifact_dir: str | None = None,
+    imagination_code: str = "",
 ) -> ProgramResult:
     """Trains a program and scores it on the validation days.
 
     Args:
-        config: ``Config.to_dict()`` (the ``ppo``, ``network.action_prior``, ``run``, ``env``
-            and ``eval`` sections are used).
+        config: ``Config.to_dict()`` (the ``ppo``, ``network.action_prior``, ``run``,
+            ``env``, ``eval`` and ``imagine`` sections are used).
         market: dataset spec (``sample:<name>`` or a path).
         reward_code, network_code: validated code of the two slots.
-        artifact_dir: where to write ``checkpoint/`` (policy + both codes), if given.
+        artifact_dir: where to write ``checkpoint/`` (policy + the slots' codes), if given.
+        imagination_code: validated code of the imagination slot ("": real days only).
 
     Returns:
         A :class:`ProgramResult`; a training error or non-finite outcome gives
@@ -176,6 +204,7 @@ def evaluate_program(
     with _count_cache_hits() as hits:
         try:
             reward_fn, network = load_program(reward_code, network_code)
+            imagination = load_imagination(cfg, splits, imagination_code)
             # A network program may declare its prior's anchor; training, scoring and the
             # checkpoint's config all use it.
             cfg = dataclasses.replace(cfg, network=cfg.network.for_network(network))
@@ -196,7 +225,9 @@ def evaluate_program(
             trained = train_policy(
                 cfg, env, train_params, val_params, network=network, progress=False,
                 on_chunk=tracker.on_chunk, validation_rollouts=tracker.final_rollouts,
+                imagination=imagination,
             )  # fmt: skip
+            reflection = _reflect_imagination(imagination, train_params)
         except Exception as e:  # noqa: BLE001 - any failure of candidate code is its score
             return _failed(f"training failed: {type(e).__name__}: {e}", t_start)
     sums = jax.tree.map(np.asarray, tracker.last["sums"])
@@ -207,8 +238,9 @@ def evaluate_program(
     }
     return _score(
         cfg, splits, env.observation_size(train_params), val_params, trained,
-        tracker.last["rollout"], sums, tracker.history, (reward_code, network_code),
-        artifact_dir, timing, t_start,
+        tracker.last["rollout"], sums, tracker.history,
+        (reward_code, network_code, imagination_code), reflection, artifact_dir, timing,
+        t_start,
     )  # fmt: skip
 
 
@@ -217,6 +249,7 @@ def evaluate_batch(
     market: str,
     programs: list[tuple[str, str]],
     artifact_dirs: list[str | None],
+    imagination_code: str = "",
 ) -> list[ProgramResult] | None:
     """Trains K programs that build the same network in one compiled program
     (:func:`serl_jax.experiment.train_candidates`) and scores each as
@@ -230,6 +263,8 @@ def evaluate_batch(
         config, market: as for :func:`evaluate_program`.
         programs: K ``(reward_code, network_code)`` pairs of validated code.
         artifact_dirs: K checkpoint folders (or ``None`` entries).
+        imagination_code: validated code of the imagination slot, shared by the K
+            programs ("": real days only).
 
     Returns:
         K :class:`ProgramResult` in order (a program whose own lanes diverge, or whose
@@ -251,6 +286,7 @@ def evaluate_batch(
     results: list[ProgramResult | None] = [None] * len(programs)
     with _count_cache_hits() as hits:
         try:
+            imagination = load_imagination(base, splits, imagination_code)
             reward_fns, cfgs, members = [], [], []
             for k, (reward_code, network_code) in enumerate(programs):
                 reward_fn, network = load_program(reward_code, network_code)
@@ -286,8 +322,9 @@ def evaluate_batch(
             batch = train_candidates(
                 base, reward_fns, train_params, val_params, network=shared,
                 action_priors=priors, on_chunk=tracker.on_chunk,
-                validation_rollouts=tracker.final_rollouts,
+                validation_rollouts=tracker.final_rollouts, imagination=imagination,
             )  # fmt: skip
+            reflection = _reflect_imagination(imagination, train_params)
         except Exception:  # noqa: BLE001 - whose fault it is needs one-at-a-time runs
             return None
     n = len(members)
@@ -312,7 +349,8 @@ def evaluate_batch(
         }
         results[k] = _score(
             cfgs[j], splits, obs_size, val_params, trained, rollouts, sums, history,
-            programs[k], artifact_dirs[k], timing, t_start, total,
+            (*programs[k], imagination_code), reflection, artifact_dirs[k], timing, t_start,
+            total,
         )  # fmt: skip
     return results
 
@@ -378,12 +416,14 @@ def _term_names(reward_fn, val_params) -> list[str]:
 
 def _score(
     cfg: Config, splits, obs_size: int, val_params, trained, rollouts, sums, history,
-    codes: tuple[str, str], artifact_dir: str | None, timing: dict[str, float],
-    t_start: float, total: float | None = None,
+    codes: tuple[str, str, str], reflection: dict[str, Any] | None,
+    artifact_dir: str | None, timing: dict[str, float], t_start: float,
+    total: float | None = None,
 ) -> ProgramResult:  # fmt: skip
     """A trained program's :class:`ProgramResult` from its seeds' validation rollouts
-    (``[S]`` leading axis), per-episode term sums ``{term: [S, N]}`` and tracking history;
-    writes its checkpoint to ``artifact_dir`` if given."""
+    (``[S]`` leading axis), per-episode term sums ``{term: [S, N]}``, tracking history and
+    imagination reflection (:func:`_reflect_imagination`); writes its checkpoint to
+    ``artifact_dir`` if given."""
     seed = trained.selected_seed
     final = jax.tree.map(lambda x: x[seed], rollouts)
     if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(trained.policy_params)):
@@ -413,6 +453,8 @@ def _score(
         "pa_per_order": [float(v) for v in pa],
         "shortfall_per_order": [_finite(v) for v in costs],
     }
+    if reflection is not None:
+        metrics["imagination"] = reflection
     recorded = final.recorded
     if not isinstance(recorded, dict):  # a switched recorder's [N, T, M] term vectors
         recorded = {name: recorded[:, :, i] for i, name in enumerate(sums)}
@@ -422,7 +464,7 @@ def _score(
         for u, means in history
     ]
     curves = {k: [_finite(x) for x in v[seed]] for k, v in trained.curves.items()}
-    reward_code, network_code = codes
+    reward_code, network_code, imagination_code = codes
     if artifact_dir is not None:
         save_policy(
             Path(artifact_dir) / "checkpoint",
@@ -437,6 +479,7 @@ def _score(
                 "feature_names": list(splits.train.feature_names),
                 "reward_code": reward_code,
                 "network_code": network_code,
+                "imagination_code": imagination_code,
             },
         )
     timing = {**timing, "total": time.perf_counter() - t_start if total is None else total}
@@ -509,12 +552,17 @@ def _evaluate_job(job: list[tuple]) -> list[ProgramResult] | None:
         return [evaluate_program(*job[0])]
     config, market = job[0][:2]
     programs, dirs = [(t[2], t[3]) for t in job], [t[4] for t in job]
-    return evaluate_batch(config, market, programs, dirs)
+    return evaluate_batch(config, market, programs, dirs, _imagination_code(job[0]))
+
+
+def _imagination_code(task: tuple) -> str:
+    """A task's imagination code (its optional sixth argument)."""
+    return task[5] if len(task) > 5 else ""
 
 
 def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
-    """Groups programs that can train in one compiled program: the same config and
-    market, and network code equal up to the declared prior anchor
+    """Groups programs that can train in one compiled program: the same config, market
+    and imagination code, and network code equal up to the declared prior anchor
     (:func:`serl_jax.rl.networks.network_code_key`; so they differ in the reward and the
     anchor only), at most ``batch`` per group, in the order the groups first appear.
 
@@ -527,8 +575,12 @@ def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
     """
     groups: dict[str, list[list[int]]] = {}
     order: list[list[int]] = []
-    for i, (config, market, _, network_code, _) in enumerate(tasks):
-        key = json.dumps([config, market, network_code_key(network_code)], sort_keys=True)
+    for i, task in enumerate(tasks):
+        config, market, _, network_code = task[:4]
+        key = json.dumps(
+            [config, market, network_code_key(network_code), _imagination_code(task)],
+            sort_keys=True,
+        )
         chunks = groups.setdefault(key, [])
         if not chunks or len(chunks[-1]) >= batch:
             chunks.append([])

@@ -4,13 +4,15 @@ One outer iteration j:
 
 1. (every ``loop.refine_every`` iterations) macro-micro refinement: the designer rewrites
    the design instruction from the instruction buffer's scored instructions;
-2. for each module (``reward``, ``network``) one prompt (macro + micro + the best past
-   candidates as in-context examples + feedback on the previous iteration) asks for the
-   module's share of the K candidates;
+2. for each module of ``loop.modules`` (``reward``, ``network``, ``imagination``) one
+   prompt (macro + micro + the best past candidates as in-context examples + feedback on
+   the previous iteration) asks for the module's share of the K candidates;
 3. every completion is parsed and validated (both stages, in the sandbox);
-4. each valid candidate is trained with the incumbent (best so far) of the other slot and
-   scored on validation days (candidates that build the same network, e.g. reward
-   candidates, train together in one compiled program, up to ``loop.candidate_batch``);
+4. each valid candidate is trained with the incumbent (best so far) of the other slots
+   (an imagination candidate with the incumbent reward and network; it becomes part of
+   the incumbent only if its program scores best) and scored on validation days
+   (candidates that build the same network, e.g. reward candidates, train together in
+   one compiled program, up to ``loop.candidate_batch``);
    a rejected or crashed candidate, or one still training at
    ``loop.train_budget_s``, scores ``loop.failure_score`` (less
    ``loop.failure_stage_step`` per stage it did not reach) and its error text goes into the
@@ -25,8 +27,9 @@ One outer iteration j:
 candidates as in-context examples and refines the instruction; ``low`` fine-tunes the
 model; ``both``; ``off`` (errors and reward reflection still go back at every level).
 
-Iteration 0 evaluates the framework's defaults (``j0-default``) as the reference and the
-first in-context example. Every step is recorded in the run store as it happens
+Iteration 0 evaluates the framework's defaults (``j0-default``: the default reward and
+network, real training days only unless ``imagine.program`` names an imagination) as the
+reference and the first in-context example. Every step is recorded in the run store as it happens
 (:mod:`serl_jax.loop.store`); :meth:`SERLLoop.run` on a reopened store continues where a
 killed run stopped, without generating or evaluating anything twice.
 """
@@ -93,8 +96,21 @@ class LoopOutcome:
 FAILURE_STAGES = ("parse", "static", "runtime", "training")
 
 
-def _program_key(reward_code: str, network_code: str) -> str:
-    return hashlib.sha256(f"{reward_code}\0{network_code}".encode()).hexdigest()
+#: The slots of a program, in the order its key joins them.
+SLOTS = ("reward", "network", "imagination")
+
+
+def _program_key(cand: Candidate) -> str:
+    joined = "\0".join(cand.slot_code(kind) for kind in SLOTS)
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def _designed_slots(cand: Candidate) -> tuple[str, ...]:
+    """The slots whose code is this candidate's own (validated with it, shown as its
+    in-context example): the designed module, or every slot the reference fills."""
+    if cand.module != "default":
+        return (cand.module,)
+    return tuple(kind for kind in SLOTS if cand.slot_code(kind))
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -123,11 +139,22 @@ def paired_with_reference(metrics: dict[str, Any], reference: dict[str, Any]) ->
     return out
 
 
+#: The statistics of imagined vs real days shown to the designer: key, label, format.
+_IMAGINED_STATISTICS = (
+    ("volatility_bps", "1-minute volatility (bps)", ".2f"),
+    ("abs_daily_return_bps", "|daily return| (bps)", ".1f"),
+    ("day_volume", "day volume", ".4g"),
+    ("return_autocorrelation", "lag-1 return autocorrelation", "+.3f"),
+)
+
+
 def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
     """One candidate's outcome as feedback text for the next prompt (reward reflection).
 
-    Evaluated: metrics and, per reward term, the mean episode sum at the first and last
-    recorded update plus its share of all terms. Failed: the stage and error text.
+    Evaluated: metrics; with an imagination program, statistics of its imagined days
+    against the real training days; per reward term, the mean episode sum at the first
+    and last recorded update plus its share of all terms. Failed: the stage and error
+    text.
     """
     head = f"- {cand.id} ({cand.module})"
     if cand.status == "rejected":
@@ -157,6 +184,17 @@ def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
             f"{_fmt(pa['ci_high'], '+.2f')}, better on {_fmt(pa['win_rate'], '.0%')} of "
             f"orders); spread-and-impact shortfall {_fmt(cost['value'], '+.2f')} bps (95% CI "
             f"{_fmt(cost['ci_low'], '+.2f')} to {_fmt(cost['ci_high'], '+.2f')})"
+        )
+    imagined = m.get("imagination")
+    if imagined:
+        real, fake = imagined["real"], imagined["imagined"]
+        lines.append(
+            f"  imagined vs real training days (mean per day; "
+            f"{_fmt(imagined['out_of_bounds'], '.0%')} out of bounds, replayed real): "
+            + ", ".join(
+                f"{label} {_fmt(fake[key], spec)} vs {_fmt(real[key], spec)}"
+                for key, label, spec in _IMAGINED_STATISTICS
+            )
         )
     stats = cand.reward_term_stats or {}
     history = stats.get("history") or []
@@ -188,6 +226,8 @@ class SERLLoop:
         obs_dim, num_features: observation size D and market features per slot F of the
             market (for the macro prompt).
         limits: validation limits (default :class:`llm.validate.Limits`).
+        imagination_code: the reference candidate's imagination program (validated code;
+            "": real training days only), e.g. ``imagine.program``'s.
         low_level: the low-level DEK trainer wrapping the designer's model
             (:class:`llm.dek.low_level.LowLevelDEK`), or ``None``.
         log: where progress lines go (``None``: silent).
@@ -202,6 +242,7 @@ class SERLLoop:
         obs_dim: int,
         num_features: int,
         limits: Limits | None = None,
+        imagination_code: str = "",
         low_level: Any = None,
         log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True),
     ):
@@ -210,6 +251,8 @@ class SERLLoop:
         self.backend = backend
         self.store = store
         self.limits = limits or Limits()
+        self.imagination_code = imagination_code
+        self.bounds = cfg.imagine.bounds()
         self.low_level = low_level
         self.log = log or (lambda s: None)
         self.score_label = LOOP_SCORES[cfg.loop.score]
@@ -252,11 +295,11 @@ class SERLLoop:
         # The score is in the example's header; the other of PA and shortfall goes along.
         other = "pa" if self.loop.score == "shortfall" else "shortfall"
         metrics = {k: cand.metrics.get(k) for k in (other, "wr", "glr", "afi")}
-        modules = ("reward", "network") if cand.module == "default" else (cand.module,)
-        for module in modules:
-            code = cand.reward_code if module == "reward" else cand.network_code
+        for module in _designed_slots(cand):
             self.buffer.add(
-                BufferEntry(cand.id, module, cand.instruction, code, cand.score, metrics)
+                BufferEntry(
+                    cand.id, module, cand.instruction, cand.slot_code(module), cand.score, metrics
+                )
             )
 
     def _failure_score(self, stage: str) -> float:
@@ -279,6 +322,7 @@ class SERLLoop:
             code=DEFAULT_CODE["reward"],
             reward_code=DEFAULT_CODE["reward"],
             network_code=DEFAULT_CODE["network"],
+            imagination_code=self.imagination_code,
         )
         self.store.add_proposals(0, [], [(None, cand)])
 
@@ -340,8 +384,9 @@ class SERLLoop:
                     cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
                     cand.error = f"no code: {e}"
                     cand.score = self._failure_score("parse")
-                cand.reward_code = cand.code if module == "reward" else incumbent.reward_code
-                cand.network_code = cand.code if module == "network" else incumbent.network_code
+                for kind in SLOTS:
+                    code = cand.code if module == kind else incumbent.slot_code(kind)
+                    setattr(cand, f"{kind}_code", code)
                 candidates.append((len(prompts) - 1, cand))
                 idx += 1
         self.store.add_proposals(j, prompts, candidates)
@@ -350,12 +395,11 @@ class SERLLoop:
 
     def _validate(self, pending: list[Candidate]) -> None:
         def check(cand: Candidate):
-            kinds = ("reward", "network") if cand.module == "default" else (cand.module,)
             t0 = time.perf_counter()
-            for kind in kinds:
-                code = cand.reward_code if kind == "reward" else cand.network_code
+            for kind in _designed_slots(cand):
+                bounds = self.bounds if kind == "imagination" else None
                 try:
-                    result = validate(code, kind, limits=self.limits)
+                    result = validate(cand.slot_code(kind), kind, limits=self.limits, bounds=bounds)
                 except SandboxError as e:
                     raise SandboxError(f"validating {cand.id} ({kind}): {e}") from None
                 if not result.ok:
@@ -386,14 +430,10 @@ class SERLLoop:
     def _evaluate(self, pending: list[Candidate], evaluator: ProgramEvaluator) -> None:
         """Trains each distinct program once; a candidate whose program was evaluated
         before (or earlier in this batch) copies that result (``duplicate_of``)."""
-        done = {
-            _program_key(c.reward_code, c.network_code): c
-            for c in self._evaluated()
-            if not c.duplicate_of
-        }
+        done = {_program_key(c): c for c in self._evaluated() if not c.duplicate_of}
         batch, repeats = [], []
         for cand in pending:
-            key = _program_key(cand.reward_code, cand.network_code)
+            key = _program_key(cand)
             if key in done:
                 repeats.append((cand, key))
                 continue
@@ -401,7 +441,7 @@ class SERLLoop:
             done[key] = cand
         tasks = [
             (self.config_dict, self.loop.market, c.reward_code, c.network_code,
-             str(self.store.candidate_dir(c.id)))
+             str(self.store.candidate_dir(c.id)), c.imagination_code)
             for c in batch
         ]  # fmt: skip
         for i, result in evaluator.evaluate(tasks):

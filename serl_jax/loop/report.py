@@ -54,6 +54,8 @@ def _candidate_md(cand: Candidate) -> str:
         code.append(f"Reward:\n```python\n{cand.reward_code.rstrip()}\n```")
     if cand.module in ("network", "default"):
         code.append(f"Network:\n```python\n{cand.network_code.rstrip()}\n```")
+    if cand.imagination_code and cand.module in ("imagination", "default"):
+        code.append(f"Imagination:\n```python\n{cand.imagination_code.rstrip()}\n```")
     return "\n\n".join([head, f"Instruction: {cand.instruction}", *code])
 
 

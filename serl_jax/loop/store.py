@@ -7,7 +7,7 @@ crashed`` and only the unfinished steps are redone. Layout of a run folder::
 
     <run>/run.sqlite          records (tables below)
     <run>/config.yaml         the configuration (also in the ``meta`` table)
-    <run>/candidates/<id>/    checkpoint/ (policy + both codes), curves.npz (evaluated)
+    <run>/candidates/<id>/    checkpoint/ (policy + the slots' codes), curves.npz (evaluated)
     <run>/xla_cache/          JAX's persistent compilation cache (``loop.compilation_cache``)
     <run>/report.md, report.json, results.txt   written when the run finishes
 
@@ -64,15 +64,16 @@ class Candidate:
         id: ``j<iteration>-c<index>`` (``j0-default`` for the reference candidate).
         iteration: outer iteration j (0 for the reference).
         idx: index within the iteration.
-        module: the slot that was designed (``reward``, ``network``; ``default`` for the
-            reference, which uses both default implementations).
+        module: the slot that was designed (``reward``, ``network``, ``imagination``;
+            ``default`` for the reference, which uses the default implementations).
         status: ``proposed``, ``rejected``, ``validated``, ``evaluated`` or ``crashed``.
         prompt_id: row of the prompt it answers in the ``prompts`` table (None for j0).
         instruction: the instruction it was written under.
         completion: the model's raw completion.
         code: the designed module's code ("" when none could be parsed).
-        reward_code, network_code: the full program trained: the designed module plus the
-            incumbent (best so far) of the other slot.
+        reward_code, network_code, imagination_code: the full program trained: the
+            designed module plus the incumbent (best so far) of the other slots
+            (``imagination_code`` "": real training days only).
         parent_ids: candidates whose programs it was built from (the incumbent of the
             other slot; prompts may show more as examples).
         validation: ``{ok, stage, reason}`` of :func:`llm.validate.validate`.
@@ -96,6 +97,7 @@ class Candidate:
     code: str = ""
     reward_code: str = ""
     network_code: str = ""
+    imagination_code: str = ""
     parent_ids: list[str] = field(default_factory=list)
     validation: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
@@ -104,6 +106,10 @@ class Candidate:
     score: float | None = None
     duplicate_of: str | None = None
     timing: dict[str, float] = field(default_factory=dict)
+
+    def slot_code(self, kind: str) -> str:
+        """The code of slot ``kind`` (``reward``, ``network``, ``imagination``) trained."""
+        return getattr(self, f"{kind}_code")
 
     def to_record(self) -> dict[str, Any]:
         """JSON-serializable dict of every field."""

@@ -28,12 +28,23 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from serl_jax.components.imagination import ImaginationBounds, ImagineFn
+from serl_jax.components.imagination import (
+    ImaginationBounds,
+    ImagineFn,
+    reflection_statistics,
+)
 from serl_jax.envs.imagined_market import FeatureStats, concat_markets, imagine_days, source_rows
 from serl_jax.envs.market_data import MarketData
 from serl_jax.rl.ppo import RunnerState, Trainer, assemble_trainer
 
-__all__ = ["Imagination", "ImaginedRunner", "imagined_pool_size", "imagined_share", "mix_imagined"]
+__all__ = [
+    "Imagination",
+    "ImaginedRunner",
+    "imagined_pool_size",
+    "imagined_share",
+    "imagined_vs_real",
+    "mix_imagined",
+]
 
 
 @dataclass(frozen=True)
@@ -163,3 +174,37 @@ def mix_imagined(
         return ImaginedRunner(inner, pool, key), metrics
 
     return assemble_trainer(init, update, num_updates)
+
+
+def imagined_vs_real(imagination: Imagination, real: MarketData, key: jax.Array) -> dict:
+    """The reflection of an imagination program: statistics of one imagined day per real
+    training day against those real days (LLM4Imagine's feedback to the designer).
+
+    Args:
+        imagination: the program and its bounds.
+        real: the N real training days.
+        key: PRNG key of the imagined days.
+
+    Returns:
+        ``{"real": {...}, "imagined": {...}, "out_of_bounds": share}``: the
+        :func:`~serl_jax.components.imagination.reflection_statistics` of the real days
+        and of the days training sees in their place (an out-of-bounds day replayed from
+        its source), and the share of days out of bounds.
+    """
+    n = real.num_episodes
+    imagined, replaced = jax.jit(
+        lambda k: imagine_days(
+            imagination.imagine_fn,
+            k,
+            real,
+            jnp.arange(n, dtype=jnp.int32),
+            imagination.stats,
+            imagination.bounds,
+            imagination.tick_size,
+        )
+    )(key)
+    return {
+        "real": reflection_statistics(real.price, real.volume),
+        "imagined": reflection_statistics(imagined.price, imagined.volume),
+        "out_of_bounds": float(replaced.mean()),
+    }

@@ -33,7 +33,7 @@ from serl_jax.rl.networks import declared_prior_anchor
 PROGRAMS = Path(__file__).parent / "programs"
 TEST_LIMITS = Limits(wall_time_s=60.0, cpu_time_s=20)
 LIBRARY = [(d.kind, d) for kind in ("reward", "network") for d in library(kind)]
-MODULE = {"reward": "LLM4Reward", "network": "LLM4Agent"}
+MODULE = {"reward": "LLM4Reward", "network": "LLM4Agent", "imagination": "LLM4Imagine"}
 DESCRIPTION = re.compile(r"^(Mutated|Library|Kept) ")
 
 
@@ -431,3 +431,25 @@ def test_a_mutation_moves_the_prior_anchor_at_most_once():
     notes = [c.split("\n", 1)[0] for c in completions]
     moved = [n for n in notes if "prior_anchor_steps" in n]
     assert moved and all(n.count("prior_anchor_steps") == 1 for n in moved)
+
+
+def test_imagination_programs_are_sampled_and_mutated_by_their_constants():
+    designs = library("imagination")
+    [[greedy]] = make_backend("offline").generate([design_prompt("imagination")], temperature=0)
+    assert code_of(greedy) == designs[0].code
+    parent = next(d.code for d in designs if d.name == "trend_regime")
+    prompt = design_prompt("imagination", [("j1-c0", -3.0, parent)])
+    [completions] = make_backend("offline", seed=2, explore=0.0).generate([prompt], n=6)
+    for completion in completions:
+        assert completion.startswith("Mutated j1-c0 (PA -3.00 bps): TREND_STDS 1.0 -> ")
+        code = code_of(completion)
+        check_static(code, "imagination")
+        # only the constant moved: the program's body is the parent's
+        assert module_constants(code)["TREND_STDS"] != module_constants(parent)["TREND_STDS"]
+        strip = [line for line in code.splitlines() if not line.startswith("TREND_STDS")]
+        assert strip == [line for line in parent.splitlines() if not line.startswith("TREND_STDS")]
+    [fresh] = make_backend("offline", seed=5, explore=1.0).generate(
+        [design_prompt("imagination")], n=8
+    )
+    names = {re.match(r"Library imagination '(\w+)'", c).group(1) for c in fresh}
+    assert len(names) >= 3 and names <= {d.name for d in designs}

@@ -130,7 +130,21 @@ def test_design_prompt_layout():
     # The default implementation is shown and parses as the module's code.
     assert DEFAULT_CODE["reward"].strip() in prompt
     assert "MODULE: LLM4Agent" in design_prompt("network", MACRO, "Do Y.")
-    assert set(MICRO_PROMPTS) == {"reward", "network"}
+    assert set(MICRO_PROMPTS) == {"reward", "network", "imagination"}
+
+
+def test_imagination_prompt_states_the_slot_and_the_configured_bounds():
+    prompt = design_prompt("imagination", MACRO, "Do Z.")
+    assert re.findall(r"^MODULE: (\w+)$", prompt, flags=re.M) == ["LLM4Imagine"]
+    assert "    def imagine(key, price, volume, params):" in prompt
+    # ImagineConfig's defaults: ratio 0.5, bounds 3x / 4x / 4x / 0.5
+    assert "training draws 50% of its episodes from such imagined days" in prompt
+    assert "within 3x max(|the source's|, one daily" in prompt
+    assert "within 4x\n  and 4x (either way)" in prompt and "distance 0.5" in prompt
+    # the example is the library's first program, shown as an example, not a default
+    assert "An example (by default training uses real days only):\n```python\n" in prompt
+    assert DEFAULT_CODE["imagination"].strip() in prompt
+    assert "(imports and `def imagine`)" in prompt
 
 
 def test_refinement_prompt_and_parse_instruction():

@@ -61,11 +61,11 @@ def resumed_run(tmp_path_factory):
     calls: list[str] = []
     real = evaluation.evaluate_program
 
-    def counting(config, market, reward_code, network_code, artifact_dir=None):
+    def counting(config, market, reward_code, network_code, artifact_dir=None, imagination=""):
         calls.append(Path(artifact_dir).name)
         if len(calls) == 3:  # killed before the third program trains
             raise KeyboardInterrupt
-        return real(config, market, reward_code, network_code, artifact_dir)
+        return real(config, market, reward_code, network_code, artifact_dir, imagination)
 
     mp = pytest.MonkeyPatch()
     mp.setattr(evaluation, "evaluate_program", counting)
