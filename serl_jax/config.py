@@ -212,7 +212,9 @@ class LoopConfig:
             three), so that failures are ranked by how far the code got; 0: one score for
             every failure.
         temperature: sampling temperature of the designer.
-        max_new_tokens: the most tokens per completion.
+        max_new_tokens: the most tokens per completion, a cap over each module's own
+            budget (:class:`llm.prompts.MicroPrompt`'s ``max_new_tokens``: 640 for a reward
+            or network, 512 for an imagination, 320 for an instruction refinement).
         buffer_size: entries kept in the instruction buffer (best by score).
         num_examples: best past candidates shown in each prompt (in-context pairs).
         refine_every: macro-micro refinement of the instructions every this many

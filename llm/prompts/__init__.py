@@ -8,6 +8,7 @@ dataclasses) but not torch.
 from llm.prompts.builder import (
     DEFAULT_INSTRUCTION,
     REFINEMENT_MODULE,
+    REFINEMENT_TOKENS,
     design_prompt,
     parse_instruction,
     refinement_prompt,
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_INSTRUCTION",
     "MICRO_PROMPTS",
     "REFINEMENT_MODULE",
+    "REFINEMENT_TOKENS",
     "MicroPrompt",
     "design_prompt",
     "field_docs",

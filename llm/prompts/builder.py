@@ -37,12 +37,16 @@ from llm.prompts.micro import MICRO_PROMPTS
 __all__ = [
     "DEFAULT_INSTRUCTION",
     "REFINEMENT_MODULE",
+    "REFINEMENT_TOKENS",
     "design_prompt",
     "parse_instruction",
     "refinement_prompt",
 ]
 
 REFINEMENT_MODULE = "InstructionRefinement"
+#: Token budget of a refinement completion: an instruction of at most 120 words (about
+#: 160-200 tokens) and a description line.
+REFINEMENT_TOKENS = 320
 
 DEFAULT_INSTRUCTION = (
     "Improve on the best past candidates: keep what made them score well, change one idea "

@@ -26,6 +26,11 @@ class MicroPrompt:
         kind: the slot it fills (``reward``, ``network``); the validator's ``kind``.
         contract: what to write: signature, shapes, dtypes, units.
         default_code: the current default implementation (or an example of one).
+        max_new_tokens: the token budget of one completion (the loop uses the smaller of
+            it and ``loop.max_new_tokens``): the longest library program of the slot in
+            SmolLM2's tokenizer plus about 40% for a description line and edits
+            (reward 451 tokens, network 412, imagination 343; measured 2026-11-23), so a
+            small model that does not stop wastes little time.
         default_label: how the prompt introduces ``default_code``.
     """
 
@@ -33,6 +38,7 @@ class MicroPrompt:
     kind: str
     contract: str
     default_code: str
+    max_new_tokens: int
     default_label: str = "Current default implementation"
 
 
@@ -54,6 +60,7 @@ Write a reward function for the reward slot:
   times `params.reward_scale`; keep their scale comparable to the default's.
 - Must be finite for every state, including zero quantity, zero fills and the last step.""",
     default_code=DEFAULT_CODE["reward"],
+    max_new_tokens=640,
 )
 
 LLM4AGENT = MicroPrompt(
@@ -82,6 +89,7 @@ Write the policy/value network for the network slot, a flax.linen module:
 - At most 1,000,000 parameters; use glorot/lecun/variance_scaling initializers
   (no orthogonal init or jnp.linalg).""",
     default_code=DEFAULT_CODE["network"],
+    max_new_tokens=640,
 )
 
 _BOUNDS = ImagineConfig()
@@ -117,6 +125,7 @@ and training draws {_BOUNDS.ratio:.0%} of its episodes from such imagined days
 - Aim for days that teach the execution policy something the real days show too rarely
   (turbulent or calm sessions, trends, volume bursts, dips and recoveries).""",
     default_code=DEFAULT_CODE["imagination"],
+    max_new_tokens=512,
     default_label="An example (by default training uses real days only)",
 )
 

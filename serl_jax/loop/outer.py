@@ -53,6 +53,8 @@ from llm.parsing import ParseError, extract_code
 from llm.prompts import (
     DEFAULT_CODE,
     DEFAULT_INSTRUCTION,
+    MICRO_PROMPTS,
+    REFINEMENT_TOKENS,
     design_prompt,
     macro_prompt,
     parse_instruction,
@@ -346,7 +348,7 @@ class SERLLoop:
             )
             [completions] = self.backend.generate(
                 [prompt], n=1, temperature=self.loop.temperature,
-                max_new_tokens=self.loop.max_new_tokens,
+                max_new_tokens=min(self.loop.max_new_tokens, REFINEMENT_TOKENS),
             )  # fmt: skip
             try:
                 instruction = parse_instruction(completions[0])
@@ -366,10 +368,10 @@ class SERLLoop:
             prompt = design_prompt(
                 module, self.macro, instruction, examples, feedback, score_label=self.score_label
             )
+            budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
             [completions] = self.backend.generate(
-                [prompt], n=k, temperature=self.loop.temperature,
-                max_new_tokens=self.loop.max_new_tokens,
-            )  # fmt: skip
+                [prompt], n=k, temperature=self.loop.temperature, max_new_tokens=budget
+            )
             prompts.append((module, "design", prompt, completions, None))
             for completion in completions:
                 cand = Candidate(

@@ -9,7 +9,9 @@ default bounds) and with a program that zeroes the volume (rejected at run time)
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -135,7 +137,14 @@ def test_the_incumbent_imagination_goes_into_other_slots_candidates(tmp_path):
     store.add_proposals(0, [], [(None, reference)])
     store.add_proposals(1, [], [(None, imagined)])
     reward = (ROOT / "tests/llm/programs/ok_reward_terms.txt").read_text()
-    backend = ScriptedBackend({"LLM4Reward": _fence(reward), "LLM4Imagine": _fence(ZERO_VOLUME)})
+    backend = ScriptedBackend(
+        {
+            "LLM4Reward": _fence(reward),
+            "LLM4Imagine": _fence(ZERO_VOLUME),
+            "InstructionRefinement": "```text\nTrade evenly.\n```",
+        },
+        cycle=True,
+    )
     loop = SERLLoop(cfg, backend, store, obs_dim=10, num_features=5, log=None)
     loop._propose(2)
     by_module = {c.module: c for c in store.candidates(2)}
@@ -143,6 +152,18 @@ def test_the_incumbent_imagination_goes_into_other_slots_candidates(tmp_path):
     assert by_module["reward"].parent_ids == ["j1-c1"]
     assert by_module["imagination"].imagination_code == ZERO_VOLUME
     assert by_module["imagination"].reward_code == DEFAULT_CODE["reward"]
+    # each module's own token budget, capped by loop.max_new_tokens (1024)
+    module = re.compile(r"^MODULE: (\w+)$", re.M)
+    budgets = {module.search(c["prompts"][0])[1]: c["max_new_tokens"] for c in backend.calls}
+    assert budgets == {"LLM4Reward": 640, "LLM4Imagine": 512}
+    capped = dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, max_new_tokens=100))
+    loop = SERLLoop(capped, backend, store, obs_dim=10, num_features=5, log=None)
+    loop._propose(3)  # refines the instruction first (loop.refine_every = 2)
+    calls = backend.calls[2:]
+    assert [module.search(c["prompts"][0])[1] for c in calls] == [
+        "InstructionRefinement", "LLM4Reward", "LLM4Imagine",
+    ]  # fmt: skip
+    assert [c["max_new_tokens"] for c in calls] == [100, 100, 100]
 
 
 def test_programs_with_different_imaginations_train_apart():
