@@ -44,7 +44,6 @@ from serl_jax.market.agents import (
     NoiseBook,
     informed_orders,
     market_maker_orders,
-    messages,
     momentum_orders,
     noise_orders,
     round_view,
@@ -99,19 +98,22 @@ class MarketState:
 
 @struct.dataclass
 class ParticipationOrder:
-    """An agent's percentage-of-volume (POV) child order, worked over one minute.
+    """Agents' percentage-of-volume (POV) child orders, worked over one minute.
 
-    At the start of each trading round it sends a market order for
+    At the start of each trading round each sends a market order for
     :func:`participation_quantity` shares: what keeps its executed shares at ``rate``
-    times the volume the other traders have traded in the minute so far (a POV algorithm
-    reacting to the prints, one round behind), never more than ``limit`` in all.
+    times the volume the other traders (everyone but itself, other agents included)
+    have traded in the minute so far (a POV algorithm reacting to the prints, one round
+    behind), never more than ``limit`` in all. Scalar fields are one agent's order;
+    ``[N]`` fields are N agents' orders, sent in index order at the start of each round.
 
     Attributes:
-        side: ``int32`` book side of its market orders (``BUY`` or ``SELL``).
-        rate: ``float32`` shares per share of the other traders' volume.
-        limit: ``int32`` the most shares it trades in the minute (0: it sends nothing).
-        owner: ``int32`` the agent's owner id.
-        order_id: ``int32`` the id of its messages.
+        side: ``int32`` (or ``int32[N]``) book side of the market orders (``BUY`` or
+            ``SELL``).
+        rate: ``float32`` (``[N]``) shares per share of the other traders' volume.
+        limit: ``int32`` (``[N]``) the most shares traded in the minute (0: nothing sent).
+        owner: ``int32`` (``[N]``) the agents' owner ids (distinct).
+        order_id: ``int32`` (``[N]``) the ids of their messages.
     """
 
     side: jax.Array
@@ -315,8 +317,8 @@ def run_minute(
         volume_unit: ``float32`` V, shares per minute.
         key: PRNG key of this minute.
         params: market parameters.
-        participation: an agent's POV child order worked over the rounds (its market
-            order goes first in each round), or None.
+        participation: agents' POV child orders worked over the rounds (their market
+            orders go first in each round, in agent order), or None.
         engine: static; the order-book engine, ``"vmap"`` or ``"batched"``
             (:mod:`serl_jax.lob.engine`; the same result, the speed differs by backend).
 
@@ -347,14 +349,18 @@ def run_minute(
             qty = participation_quantity(
                 participation.rate, pov_seen, pov_done, participation.limit
             )
+
+            def field(x):
+                return jnp.atleast_1d(jnp.asarray(x, jnp.int32))
+
             pov = (
-                messages(
-                    kind=[jnp.where(qty > 0, MARKET, 0)],
-                    side=[participation.side],
-                    price=[0],
-                    qty=[qty],
-                    order_id=[participation.order_id],
-                    owner=[participation.owner],
+                Message(
+                    kind=field(jnp.where(qty > 0, MARKET, 0)),
+                    side=field(participation.side),
+                    price=field(jnp.zeros_like(qty)),
+                    qty=field(qty),
+                    order_id=field(participation.order_id),
+                    owner=field(participation.owner),
                 ),
             )
         value = fundamental * jnp.exp(st.flow_impact)
@@ -411,7 +417,8 @@ def run_minute(
         return carry, mid
 
     state = state.replace(position=state.position + position_change, cash=state.cash + cash_change)
-    zero = jnp.zeros((), jnp.int32)
+    # each POV order's own executed shares and the other traders' volume seen so far
+    zero = jnp.zeros(() if participation is None else jnp.shape(participation.rate), jnp.int32)
     (state, position_change, cash_change, volume, signed_volume, _, _), mids = jax.lax.scan(
         trading_round,
         (state, position_change, cash_change, volume, signed_volume, zero, zero),

@@ -232,3 +232,63 @@ def test_a_pov_child_order_with_no_limit_leaves_the_market_unchanged():
         np.testing.assert_array_equal(
             np.argsort(np.asarray(a.arrival)[live]), np.argsort(np.asarray(b.arrival)[live])
         )
+
+
+def _pov_orders_minute(rates, limits, sides, num_agents=None, vector=True):
+    """One noisy minute (as :func:`_pov_minute`) with POV orders of ``len(rates)`` agents
+    (owner ids 5, 6, ...); ``vector=False`` gives one agent's order as scalars."""
+    n = len(rates)
+    params = MarketParams()
+    state = reset_market(1000.5, 500.0, params, num_agents=num_agents or n)
+    noop = _orders((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))
+    shape = (lambda x: x) if vector else (lambda x: x[0])
+    order = ParticipationOrder(
+        side=shape(jnp.asarray(sides, jnp.int32)),
+        rate=shape(jnp.asarray(rates, jnp.float32)),
+        limit=shape(jnp.asarray(limits, jnp.int32)),
+        owner=shape(FIRST_AGENT_OWNER + jnp.arange(n, dtype=jnp.int32)),
+        order_id=shape(AGENT_ORDER_ID + jnp.arange(n, dtype=jnp.int32)),
+    )
+    path = jnp.full((params.rounds_per_minute,), 1000.5)
+    return run_minute(state, noop, path, 1.0, 500.0, jax.random.PRNGKey(3), params, order)
+
+
+def test_one_agents_pov_order_as_a_vector_equals_the_scalar_order():
+    vector = _pov_orders_minute([0.2], [10_000], [SELL])
+    scalar = _pov_orders_minute([0.2], [10_000], [SELL], vector=False)
+    for a, b in zip(jax.tree.leaves(vector), jax.tree.leaves(scalar), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # and the scalar order of a market with one agent is _pov_minute's
+    for a, b in zip(
+        jax.tree.leaves(scalar), jax.tree.leaves(_pov_minute(0.2, 10_000)), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_idle_second_agent_leaves_the_first_agents_minute_unchanged():
+    """Agent 6 sends nothing (limit 0): trades, positions and cash are those of agent 5
+    alone in a market sized for two agents (only the book's arrival stamps move)."""
+    both = _pov_orders_minute([0.2, 0.3], [10_000, 0], [SELL, BUY])
+    alone = _pov_orders_minute([0.2], [10_000], [SELL], num_agents=2)
+    for name in ("position_change", "cash_change", "volume", "mid", "high", "low"):
+        np.testing.assert_array_equal(getattr(both[1], name), getattr(alone[1], name), name)
+    np.testing.assert_array_equal(both[0].position, alone[0].position)
+    np.testing.assert_array_equal(both[0].cash, alone[0].cash)
+
+
+def test_two_agents_pov_orders_each_track_everyone_elses_volume():
+    (_, minute) = _pov_orders_minute([0.2, 0.1], [10_000, 10_000], [SELL, SELL])
+    sold = -np.asarray(minute.position_change[FIRST_AGENT_OWNER : FIRST_AGENT_OWNER + 2])
+    assert (sold > 0).all()
+    # each tops its fills up to its rate times the volume of everyone else (the other
+    # agent included) seen before its order, so in all at most rate x that volume
+    volume = int(minute.volume)
+    assert sold[0] <= np.floor(0.2 * (volume - sold[0]))
+    assert sold[1] <= np.floor(0.1 * (volume - sold[1]))
+    assert sold[1] < sold[0]
+    # shares and cash are conserved over all owners, agents included
+    assert int(minute.position_change.sum()) == 0
+    assert int(minute.cash_change.sum()) == 0
+    (_, capped) = _pov_orders_minute([50.0, 50.0], [37, 11], [SELL, BUY])
+    assert -int(capped.position_change[FIRST_AGENT_OWNER]) == 37
+    assert int(capped.position_change[FIRST_AGENT_OWNER + 1]) == 11
