@@ -32,7 +32,8 @@ import re
 from collections.abc import Sequence
 
 from llm.dek.high_level import BufferEntry
-from llm.prompts.micro import MICRO_PROMPTS
+from llm.prompts.micro import MICRO_PROMPTS, imagination_contract
+from serl_jax.config import ImagineConfig
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
@@ -83,6 +84,7 @@ def design_prompt(
     examples: Sequence[BufferEntry] = (),
     feedback: str = "",
     score_label: str = "PA",
+    imagine: ImagineConfig | None = None,
 ) -> str:
     """The prompt asking for one module's code.
 
@@ -93,6 +95,8 @@ def design_prompt(
         examples: in-context examples in the order to show (ascending score).
         feedback: reflection text on the previous iteration (may be empty).
         score_label: the name of the examples' score (``PA`` or ``shortfall``).
+        imagine: the run's ``imagine`` section, whose ratio and bounds the LLM4Imagine
+            contract states (default: the built-in defaults).
 
     Returns:
         The prompt text.
@@ -101,10 +105,13 @@ def design_prompt(
         KeyError: unknown ``kind``.
     """
     micro = MICRO_PROMPTS[kind]
+    contract = micro.contract
+    if kind == "imagination" and imagine is not None:
+        contract = imagination_contract(imagine)
     parts = [
         macro.rstrip(),
         f"MODULE: {micro.module}",
-        micro.contract,
+        contract,
         f"{micro.default_label}:\n```python\n{micro.default_code.rstrip()}\n```",
     ]
     if examples:

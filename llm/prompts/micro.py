@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from llm.prompts.defaults import DEFAULT_CODE
 from serl_jax.config import ImagineConfig, NetworkConfig
 
-__all__ = ["MICRO_PROMPTS", "MicroPrompt"]
+__all__ = ["MICRO_PROMPTS", "MicroPrompt", "imagination_contract"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class MicroPrompt:
     Attributes:
         module: the seeds' module name (``LLM4Reward``), written as ``MODULE: <module>``.
         kind: the slot it fills (``reward``, ``network``); the validator's ``kind``.
-        contract: what to write: signature, shapes, dtypes, units.
+        contract: what to write: signature, shapes, dtypes, units (LLM4Imagine's with
+            the default ``imagine`` settings; :func:`design_prompt` states a run's own).
         default_code: the current default implementation (or an example of one).
         max_new_tokens: the token budget of one completion (the loop uses the smaller of
             it and ``loop.max_new_tokens``): the longest library program of the slot in
@@ -92,14 +93,12 @@ Write the policy/value network for the network slot, a flax.linen module:
     max_new_tokens=640,
 )
 
-_BOUNDS = ImagineConfig()
 
-LLM4IMAGINE = MicroPrompt(
-    module="LLM4Imagine",
-    kind="imagination",
-    contract=f"""\
+def imagination_contract(imagine: ImagineConfig) -> str:
+    """LLM4Imagine's contract for a run's ``imagine`` section (its ratio and bounds)."""
+    return f"""\
 Write an imagination program: it turns one real training day into a new, plausible day,
-and training draws {_BOUNDS.ratio:.0%} of its episodes from such imagined days
+and training draws {imagine.ratio:.0%} of its episodes from such imagined days
 (validation and test days stay real):
 
     def imagine(key, price, volume, params):
@@ -117,13 +116,19 @@ and training draws {_BOUNDS.ratio:.0%} of its episodes from such imagined days
 - Pure JAX (jax, jax.numpy, jax.lax); it is jitted and vmapped over days. Work on log
   prices so prices stay positive; scale volumes by positive factors.
 - Every imagined day must stay near its source day, or it is replaced by the real day:
-  daily log return within {_BOUNDS.return_multiple:g}x max(|the source's|, one daily
-  std), one-minute volatility and total volume within {_BOUNDS.volatility_multiple:g}x
-  and {_BOUNDS.volume_multiple:g}x (either way), volume profile within total-variation
-  distance {_BOUNDS.profile_distance:g}. The project derives the observation features
+  daily log return within {imagine.return_multiple:g}x max(|the source's|, one daily
+  std), one-minute volatility and total volume within {imagine.volatility_multiple:g}x
+  and {imagine.volume_multiple:g}x (either way), volume profile within total-variation
+  distance {imagine.profile_distance:g}. The project derives the observation features
   from the returned price and volume itself.
 - Aim for days that teach the execution policy something the real days show too rarely
-  (turbulent or calm sessions, trends, volume bursts, dips and recoveries).""",
+  (turbulent or calm sessions, trends, volume bursts, dips and recoveries)."""
+
+
+LLM4IMAGINE = MicroPrompt(
+    module="LLM4Imagine",
+    kind="imagination",
+    contract=imagination_contract(ImagineConfig()),
     default_code=DEFAULT_CODE["imagination"],
     max_new_tokens=512,
     default_label="An example (by default training uses real days only)",

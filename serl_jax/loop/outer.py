@@ -366,8 +366,9 @@ class SERLLoop:
                 self.buffer.examples(self.loop.num_examples, module) if self.high_level else []
             )
             prompt = design_prompt(
-                module, self.macro, instruction, examples, feedback, score_label=self.score_label
-            )
+                module, self.macro, instruction, examples, feedback,
+                score_label=self.score_label, imagine=self.cfg.imagine,
+            )  # fmt: skip
             budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
             [completions] = self.backend.generate(
                 [prompt], n=k, temperature=self.loop.temperature, max_new_tokens=budget

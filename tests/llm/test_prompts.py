@@ -24,6 +24,7 @@ from llm.prompts import (
 )
 from llm.validate import load_validated
 from serl_jax.components import reward_term_values, total_reward
+from serl_jax.config import ImagineConfig
 from serl_jax.envs import EnvParams, EnvState, ExecutionEnv, default_reward
 from serl_jax.envs.market_data import MarketData
 from serl_jax.rl.networks import ActorCritic
@@ -145,6 +146,11 @@ def test_imagination_prompt_states_the_slot_and_the_configured_bounds():
     assert "An example (by default training uses real days only):\n```python\n" in prompt
     assert DEFAULT_CODE["imagination"].strip() in prompt
     assert "(imports and `def imagine`)" in prompt
+    # a run's own ratio and bounds
+    own = ImagineConfig(ratio=0.25, volume_multiple=2.0, profile_distance=0.3)
+    prompt = design_prompt("imagination", MACRO, "Do Z.", imagine=own)
+    assert "training draws 25% of its episodes" in prompt
+    assert "within 4x\n  and 2x (either way)" in prompt and "distance 0.3" in prompt
 
 
 def test_refinement_prompt_and_parse_instruction():
