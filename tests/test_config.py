@@ -65,6 +65,9 @@ def test_loop_score_is_checked():
     assert load_config(None, ["loop.score=pa"]).loop.score == "pa"
     with pytest.raises(ConfigError, match=r"loop.score: expected one of \['shortfall', 'pa'\]"):
         load_config(None, ["loop.score=cost"])
+    assert load_config(None).loop.prompt_style == "full"
+    with pytest.raises(ConfigError, match=r"prompt_style: expected one of \['full', 'compact'\]"):
+        load_config(None, ["loop.prompt_style=short"])
 
 
 def test_runs_recorded_before_loop_score_resume_ranked_by_pa():

@@ -6,9 +6,11 @@ dataclasses) but not torch.
 """
 
 from llm.prompts.builder import (
+    COMPACT_INSTRUCTION,
     DEFAULT_INSTRUCTION,
     REFINEMENT_MODULE,
     REFINEMENT_TOKENS,
+    compact_prompt,
     design_prompt,
     parse_instruction,
     refinement_prompt,
@@ -18,12 +20,14 @@ from llm.prompts.macro import field_docs, macro_prompt
 from llm.prompts.micro import MICRO_PROMPTS, MicroPrompt
 
 __all__ = [
+    "COMPACT_INSTRUCTION",
     "DEFAULT_CODE",
     "DEFAULT_INSTRUCTION",
     "MICRO_PROMPTS",
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
     "MicroPrompt",
+    "compact_prompt",
     "design_prompt",
     "field_docs",
     "macro_prompt",

@@ -24,6 +24,19 @@ the new instruction in a ``text`` block (:func:`parse_instruction`).
 
 The score in the headers is the run's ``loop.score``, labelled ``shortfall`` or ``PA``
 (:data:`serl_jax.config.LOOP_SCORES`).
+
+The compact prompt (``loop.prompt_style = "compact"``, :func:`compact_prompt`) is for
+small models, which lose their way in the full prompt's ~2,300 tokens: the module line,
+the entry point's signature in one line, the allowed imports, one program to edit (the
+best past candidate of the module, else the default) and one edit instruction::
+
+    MODULE: LLM4Reward
+    <one-line task, the signature, the allowed imports>
+    ```python
+    <the code to edit>
+    ```
+    Task: <the instruction>
+    <answer format>
 """
 
 from __future__ import annotations
@@ -33,12 +46,15 @@ from collections.abc import Sequence
 
 from llm.dek.high_level import BufferEntry
 from llm.prompts.micro import MICRO_PROMPTS, imagination_contract
+from llm.validate.static import ALLOWED_IMPORTS
 from serl_jax.config import ImagineConfig
 
 __all__ = [
+    "COMPACT_INSTRUCTION",
     "DEFAULT_INSTRUCTION",
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
+    "compact_prompt",
     "design_prompt",
     "parse_instruction",
     "refinement_prompt",
@@ -52,6 +68,13 @@ REFINEMENT_TOKENS = 320
 DEFAULT_INSTRUCTION = (
     "Improve on the best past candidates: keep what made them score well, change one idea "
     "at a time, and explain the change in one sentence before the code."
+)
+
+#: The compact prompt's instruction until a refinement replaces it: one small, concrete
+#: edit a small model can make without breaking the code.
+COMPACT_INSTRUCTION = (
+    "Copy the code and change one number in it (a constant, a weight or a layer width); "
+    "keep everything else exactly as it is."
 )
 
 _ANSWER_FORMAT = {
@@ -127,6 +150,31 @@ def design_prompt(
         parts.append(f"## Feedback on the previous iteration\n{feedback.rstrip()}")
     parts.append(f"## Instructions\n{instruction.strip()}\n{_ANSWER_FORMAT[kind]}")
     return "\n\n".join(parts) + "\n"
+
+
+def compact_prompt(kind: str, code: str, instruction: str) -> str:
+    """The compact design prompt (module docstring): one program and one edit.
+
+    Args:
+        kind: the slot (a key of :data:`llm.prompts.micro.MICRO_PROMPTS`).
+        code: the program to edit (the module's best past candidate, or the default).
+        instruction: the edit to make.
+
+    Returns:
+        The prompt text.
+
+    Raises:
+        KeyError: unknown ``kind``.
+    """
+    micro = MICRO_PROMPTS[kind]
+    return (
+        f"MODULE: {micro.module}\n\n"
+        "You write Python code with JAX for an agent that sells or buys a large order in "
+        f"small pieces over a trading day. {micro.signature} Allowed imports: "
+        f"{', '.join(sorted(ALLOWED_IMPORTS))}.\n\n"
+        f"```python\n{code.rstrip()}\n```\n\n"
+        f"Task: {instruction.strip()}\n{_ANSWER_FORMAT[kind]}\n"
+    )
 
 
 def refinement_prompt(

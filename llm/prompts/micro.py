@@ -33,6 +33,8 @@ class MicroPrompt:
             (reward 451 tokens, network 412, imagination 343; measured 2026-11-23), so a
             small model that does not stop wastes little time.
         default_label: how the prompt introduces ``default_code``.
+        signature: the entry point and what it returns, one line (the compact prompt's
+            whole contract, :func:`llm.prompts.compact_prompt`).
     """
 
     module: str
@@ -40,6 +42,7 @@ class MicroPrompt:
     contract: str
     default_code: str
     max_new_tokens: int
+    signature: str
     default_label: str = "Current default implementation"
 
 
@@ -62,6 +65,8 @@ Write a reward function for the reward slot:
 - Must be finite for every state, including zero quantity, zero fills and the last step.""",
     default_code=DEFAULT_CODE["reward"],
     max_new_tokens=640,
+    signature="`def reward(prev_state, action, next_state, params)` returns the reward of one "
+    "step of a parent order: a float32 scalar, or a dict of named float32 scalars.",
 )
 
 LLM4AGENT = MicroPrompt(
@@ -91,6 +96,8 @@ Write the policy/value network for the network slot, a flax.linen module:
   (no orthogonal init or jnp.linalg).""",
     default_code=DEFAULT_CODE["network"],
     max_new_tokens=640,
+    signature="`class Network(nn.Module)` (flax.linen): `__call__(self, obs)` with obs float32 "
+    "[..., D] returns (policy_outputs float32 [..., 2], value float32 [...]).",
 )
 
 
@@ -131,6 +138,8 @@ LLM4IMAGINE = MicroPrompt(
     contract=imagination_contract(ImagineConfig()),
     default_code=DEFAULT_CODE["imagination"],
     max_new_tokens=512,
+    signature="`def imagine(key, price, volume, params)` turns a real day (price, volume: "
+    "float32 [T]) into a new one: returns (price [T], volume [T]), float32.",
     default_label="An example (by default training uses real days only)",
 )
 

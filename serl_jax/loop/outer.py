@@ -6,7 +6,9 @@ One outer iteration j:
    the design instruction from the instruction buffer's scored instructions;
 2. for each module of ``loop.modules`` (``reward``, ``network``, ``imagination``) one
    prompt (macro + micro + the best past candidates as in-context examples + feedback on
-   the previous iteration) asks for the module's share of the K candidates;
+   the previous iteration; with ``loop.prompt_style = "compact"``, for small models, only
+   the module's best past candidate or default and one edit instruction) asks for the
+   module's share of the K candidates;
 3. every completion is parsed and validated (both stages, in the sandbox);
 4. each valid candidate is trained with the incumbent (best so far) of the other slots
    (an imagination candidate with the incumbent reward and network; it becomes part of
@@ -51,10 +53,12 @@ from llm.backends import Backend
 from llm.dek import BufferEntry, InstructionBuffer
 from llm.parsing import ParseError, extract_code
 from llm.prompts import (
+    COMPACT_INSTRUCTION,
     DEFAULT_CODE,
     DEFAULT_INSTRUCTION,
     MICRO_PROMPTS,
     REFINEMENT_TOKENS,
+    compact_prompt,
     design_prompt,
     macro_prompt,
     parse_instruction,
@@ -289,7 +293,7 @@ class SERLLoop:
         for row in reversed(self.store.prompts()):
             if row["purpose"] == "refinement" and row["result"]:
                 return row["result"]
-        return DEFAULT_INSTRUCTION
+        return COMPACT_INSTRUCTION if self.loop.prompt_style == "compact" else DEFAULT_INSTRUCTION
 
     def _add_to_buffer(self, cand: Candidate) -> None:
         if cand.status != "evaluated" or cand.duplicate_of:
@@ -365,10 +369,14 @@ class SERLLoop:
             examples = (
                 self.buffer.examples(self.loop.num_examples, module) if self.high_level else []
             )
-            prompt = design_prompt(
-                module, self.macro, instruction, examples, feedback,
-                score_label=self.score_label, imagine=self.cfg.imagine,
-            )  # fmt: skip
+            if self.loop.prompt_style == "compact":  # the best past candidate, or the default
+                base = examples[-1].code if examples else DEFAULT_CODE[module]
+                prompt = compact_prompt(module, base, instruction)
+            else:
+                prompt = design_prompt(
+                    module, self.macro, instruction, examples, feedback,
+                    score_label=self.score_label, imagine=self.cfg.imagine,
+                )  # fmt: skip
             budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
             [completions] = self.backend.generate(
                 [prompt], n=k, temperature=self.loop.temperature, max_new_tokens=budget

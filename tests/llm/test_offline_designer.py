@@ -453,3 +453,14 @@ def test_imagination_programs_are_sampled_and_mutated_by_their_constants():
     )
     names = {re.match(r"Library imagination '(\w+)'", c).group(1) for c in fresh}
     assert len(names) >= 3 and names <= {d.name for d in designs}
+
+
+def test_compact_prompts_are_answered_with_valid_library_programs():
+    from llm.prompts import COMPACT_INSTRUCTION, DEFAULT_CODE, compact_prompt
+
+    prompts = [compact_prompt(k, DEFAULT_CODE[k], COMPACT_INSTRUCTION) for k in MODULE]
+    out = make_backend("offline", seed=3).generate(prompts, n=2)
+    for kind, completions in zip(MODULE, out, strict=True):
+        for completion in completions:
+            assert completion.startswith(f"Library {kind} '")  # no past candidates shown
+            check_static(code_of(completion), kind)

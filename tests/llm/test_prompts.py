@@ -13,9 +13,11 @@ import pytest
 from llm.dek import BufferEntry
 from llm.parsing import extract_code
 from llm.prompts import (
+    COMPACT_INSTRUCTION,
     DEFAULT_CODE,
     MICRO_PROMPTS,
     REFINEMENT_MODULE,
+    compact_prompt,
     design_prompt,
     field_docs,
     macro_prompt,
@@ -186,3 +188,30 @@ def test_prompts_name_the_score_that_ranks_candidates():
     refine = refinement_prompt(MACRO, "now", [("old", -17.5)], score_label="shortfall")
     assert "### Instruction 0 | shortfall -17.50 bps" in refine and "a higher shortfall" in refine
     assert "prior_anchor_steps" in MICRO_PROMPTS["network"].contract
+
+
+def test_compact_prompt_holds_one_program_and_one_edit():
+    for kind, module, entry in (
+        ("reward", "LLM4Reward", "def reward(prev_state, action, next_state, params)"),
+        ("network", "LLM4Agent", "class Network(nn.Module)"),
+        ("imagination", "LLM4Imagine", "def imagine(key, price, volume, params)"),
+    ):
+        code = DEFAULT_CODE[kind]
+        prompt = compact_prompt(kind, code, COMPACT_INSTRUCTION)
+        assert prompt.startswith(f"MODULE: {module}\n")
+        assert entry in prompt
+        assert "Allowed imports: flax.linen, functools, jax, jax.lax, jax.nn, jax.numpy, math." in (
+            prompt
+        )
+        assert extract_code(prompt) == code  # the one code block is the program to edit
+        assert f"Task: {COMPACT_INSTRUCTION}\n" in prompt
+        assert prompt.rstrip().endswith(
+            "block holding the complete code "
+            + {
+                "reward": "(imports and `def reward`).",
+                "network": "(imports and `class Network`).",
+                "imagination": "(imports and `def imagine`).",
+            }[kind]
+        )
+        full = design_prompt(kind, MACRO, COMPACT_INSTRUCTION)
+        assert len(prompt) - len(code) < 0.15 * (len(full) - len(code))  # the frame shrinks

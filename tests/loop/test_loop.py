@@ -297,3 +297,36 @@ def test_a_candidate_past_its_training_budget_fails_and_the_loop_goes_on(tmp_pat
         ("j1-c0", "crashed"),
         ("j1-c1", "crashed"),
     ]
+
+
+def test_compact_prompts_show_the_best_program_and_one_edit(tmp_path):
+    """No training: ``loop.prompt_style=compact`` asks each module with its best past
+    candidate (or the default, for a module without one) and the compact instruction."""
+    from llm.prompts import COMPACT_INSTRUCTION
+
+    cfg = load_config(TINY, ["loop.prompt_style=compact", "loop.candidates=2"])
+    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
+    better = (PROGRAMS / "ok_reward_terms.txt").read_text()
+    reference = Candidate(
+        id="j0-default", iteration=0, idx=0, module="default", status="evaluated",
+        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
+        score=-20.0, metrics={},
+    )  # fmt: skip
+    improved = Candidate(
+        id="j1-c0", iteration=1, idx=0, module="reward", status="evaluated", code=better,
+        reward_code=better, network_code=DEFAULT_CODE["network"], score=-10.0, metrics={},
+    )  # fmt: skip
+    store.add_proposals(0, [], [(None, reference)])
+    store.add_proposals(1, [], [(None, improved)])
+    backend = ScriptedBackend([_fence(PROGRAMS / "ok_reward_terms.txt")], cycle=True)
+    loop = SERLLoop(cfg, backend, store, obs_dim=10, num_features=5, log=None)
+    for cand in store.candidates():
+        loop._add_to_buffer(cand)
+    loop._propose(2)
+    reward_prompt, network_prompt = backend.prompts
+    assert reward_prompt.startswith("MODULE: LLM4Reward\n")
+    assert f"```python\n{better.rstrip()}\n```" in reward_prompt  # the best reward so far
+    assert f"```python\n{DEFAULT_CODE['network'].rstrip()}\n```" in network_prompt
+    for prompt in backend.prompts:
+        assert f"Task: {COMPACT_INSTRUCTION}" in prompt
+        assert "## Feedback" not in prompt and "# Task: optimal execution" not in prompt
