@@ -5,9 +5,9 @@ imagination slot (LLM4Imagine: ``imagine.ratio`` of the training episodes are th
 it imagines, :func:`serl_jax.rl.mixed_sampling.mix_imagined`). It is defined in
 restricted globals (:func:`llm.validate.load_validated`), compiled into the jitted PPO
 through the slots, trained over ``run.num_seeds`` vmapped seeds on the training days,
-and scored on the validation days by PA, shortfall, WR, GLR and AFI (the
-seed with the best validation PA is kept, as in plain training; the loop ranks programs
-by ``loop.score``).
+and scored on the validation days by PA, shortfall, WR, GLR and AFI (the seed with the
+best validation PA is kept, as in plain training; the loop ranks programs by
+``loop.score``).
 
 Reward reflection (Eureka, Ma et al. 2023, Sec. 3.3): after every jitted chunk of
 updates the current policies run the validation days once and the reward's named terms
@@ -15,8 +15,8 @@ updates the current policies run the validation days once and the reward's named
 and the final per-term statistics go back into the next prompt.
 
 Programs that build the same network (and imagine with the same program) train together
-(:func:`evaluate_batch`): their K
-rewards and priors sit behind one index (:func:`serl_jax.components.reward.switch_reward`),
+(:func:`evaluate_batch`): their K rewards and priors sit behind one index
+(:func:`serl_jax.components.reward.switch_reward`),
 the index is data (one per vmapped lane, candidates x seeds), so K candidates cost one
 compilation instead of K, and each is scored as if it had trained alone (its lanes get
 the keys it would get alone). "The same network" is the same network code up to the

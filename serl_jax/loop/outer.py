@@ -31,9 +31,9 @@ model; ``both``; ``off`` (errors and reward reflection still go back at every le
 
 Iteration 0 evaluates the framework's defaults (``j0-default``: the default reward and
 network, real training days only unless ``imagine.program`` names an imagination) as the
-reference and the first in-context example. Every step is recorded in the run store as it happens
-(:mod:`serl_jax.loop.store`); :meth:`SERLLoop.run` on a reopened store continues where a
-killed run stopped, without generating or evaluating anything twice.
+reference and the first in-context example. Every step is recorded in the run store as
+it happens (:mod:`serl_jax.loop.store`); :meth:`SERLLoop.run` on a reopened store
+continues where a killed run stopped, without generating or evaluating anything twice.
 """
 
 from __future__ import annotations
