@@ -16,12 +16,12 @@ and the final per-term statistics go back into the next prompt.
 
 Programs that build the same network (and imagine with the same program) train together
 (:func:`evaluate_batch`): their K rewards and priors sit behind one index
-(:func:`serl_jax.components.reward.switch_reward`),
-the index is data (one per vmapped lane, candidates x seeds), so K candidates cost one
-compilation instead of K, and each is scored as if it had trained alone (its lanes get
-the keys it would get alone). "The same network" is the same network code up to the
-declared prior anchor (:func:`serl_jax.rl.networks.network_code_key`): reward candidates
-with the incumbent network, and network candidates that only move the anchor.
+(:func:`serl_jax.components.reward.switch_reward`), the index is data (one per vmapped
+lane, candidates x seeds), so K candidates cost one compilation instead of K, and each is
+scored as if it had trained alone (its lanes get the keys it would get alone). "The same
+network" is the same network code up to the declared prior anchor
+(:func:`serl_jax.rl.networks.network_code_key`): reward candidates with the incumbent
+network, and network candidates that only move the anchor.
 
 :func:`evaluate_program` is a plain function of JSON-able arguments, so the outer loop
 can run it in this process or in worker processes (:class:`ProgramEvaluator`). With a
