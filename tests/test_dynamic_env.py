@@ -163,7 +163,7 @@ def test_passive_child_order_is_cancelled_only_while_it_rests(setup):
         setup["static"], setup["stats"], setup["market"], child_order="passive"
     )
     state = ENV.init_state(params, 0, 0, params.data.num_slots)
-    first = ENV._child_messages(state, jnp.int32(5), jnp.bool_(False), params)
+    first = ENV.child_messages(state, jnp.int32(5), jnp.bool_(False), params)
     assert np.asarray(first.kind).tolist() == [0, LIMIT]
     asks = state.market.book.asks
     assert int(first.price[1]) == int(asks.price[0])  # joins the best ask
@@ -172,7 +172,7 @@ def test_passive_child_order_is_cancelled_only_while_it_rests(setup):
             book=apply_messages(state.market.book, first, max_trades=state.market.book.capacity)[0]
         )
     )
-    second = ENV._child_messages(state, jnp.int32(5), jnp.bool_(False), params)
+    second = ENV.child_messages(state, jnp.int32(5), jnp.bool_(False), params)
     assert np.asarray(second.kind).tolist() == [CANCEL, LIMIT]
 
 
@@ -297,7 +297,7 @@ def _reference_minute(market_state, params, episode, slot, key):
     )
 
 
-_minute_features = jax.jit(ENV._minute_features)  # as compiled inside step_env
+minute_features = jax.jit(ENV.minute_features)  # as compiled inside step_env
 
 
 def _assert_trees_equal(a, b, what):
@@ -331,7 +331,7 @@ def test_zero_quantity_leaves_the_market_unchanged(setup, cn_market):
         assert float(info["exec_qty"]) == 0.0
         # ... and the minute's summary as the env used it: mid, volume, high/low
         assert float(state.price_history[t]) == float(summary.mid * market.tick_size)
-        expected = _minute_features(prev, params, jnp.int32(t), state.price_history, summary)
+        expected = minute_features(prev.episode, params, jnp.int32(t), state.price_history, summary)
         np.testing.assert_array_equal(state.feature_history[t], expected)
     assert int(reference.position[FIRST_AGENT_OWNER]) == 0
     assert int(summary.volume) >= 0

@@ -65,7 +65,7 @@ from serl_jax.envs.execution import (
     history_volume_forecast,
     safe_divide,
 )
-from serl_jax.lob.book import BUY, CANCEL, LIMIT, MARKET, SELL
+from serl_jax.lob.book import BUY, CANCEL, LIMIT, MARKET, SELL, Message
 from serl_jax.lob.queries import own_orders
 from serl_jax.market.agents import CANCEL_ALL, messages, round_view
 from serl_jax.market.params import AGENT_ORDER_ID, FIRST_AGENT_OWNER, MarketParams
@@ -220,16 +220,32 @@ class DynamicExecutionEnv(ExecutionEnv):
             volume_history=data.volume[base.episode],
         )
 
-    def _child_messages(self, state: DynamicEnvState, qty, forced, params: DynamicEnvParams):
-        """Cancel of the resting passive order (a no-op for market child orders), then the
-        new child order: 2 messages, no-ops when there is nothing to do, so an agent with
-        ``Q = 0`` leaves the market exactly as it would be without it."""
+    def child_messages(
+        self, state: DynamicEnvState, qty, forced, params: DynamicEnvParams, agent=0
+    ) -> Message:
+        """The agent's 2 messages of a step: the cancel of its resting passive order (a
+        no-op for market child orders), then the new child order of ``qty`` shares
+        (``int32``). No-ops when there is nothing to do, so an agent with ``Q = 0`` leaves
+        the market exactly as it would be without it.
+
+        Args:
+            state: the agent's state and the market.
+            qty: ``int32`` shares of the child order.
+            forced: ``bool``, the forced last step (a market order whatever the type).
+            params: the agent's parameters (its ``side``).
+            agent: ``int32`` agent index i: owner ``FIRST_AGENT_OWNER + i``, order id
+                ``AGENT_ORDER_ID + i``.
+
+        Returns:
+            A :class:`~serl_jax.lob.book.Message` with ``int32[2]`` fields.
+        """
         book_side = jnp.where(params.side > 0, SELL, BUY)
+        owner, order_id = FIRST_AGENT_OWNER + agent, AGENT_ORDER_ID + agent
         view = round_view(state.market.book, state.market.reference)
         cancel = 0  # a market child order never rests: nothing to cancel
         if params.child_order == "passive":
             # the agent's only resting order is its passive child order
-            resting = own_orders(state.market.book, FIRST_AGENT_OWNER).mask.any()
+            resting = own_orders(state.market.book, owner).mask.any()
             cancel = jnp.where(resting, CANCEL, 0)
             best_own = jnp.where(
                 book_side == SELL,
@@ -245,8 +261,8 @@ class DynamicExecutionEnv(ExecutionEnv):
             side=[book_side, book_side],
             price=[0, best_own],
             qty=[CANCEL_ALL, qty],
-            order_id=[AGENT_ORDER_ID, AGENT_ORDER_ID],
-            owner=[FIRST_AGENT_OWNER, FIRST_AGENT_OWNER],
+            order_id=[order_id, order_id],
+            owner=[owner, owner],
         )
 
     def step_env(
@@ -262,9 +278,9 @@ class DynamicExecutionEnv(ExecutionEnv):
         qty = jnp.where(forced, state.inventory, jnp.floor(fraction * state.inventory))
         participation = None
         if params.child_quantity == "participation" and params.child_order == "market":
-            participation, works = self._participation(state, params, slot, fraction, forced)
+            participation, works = self.participation_order(state, params, slot, fraction, forced)
             qty = jnp.where(works, 0.0, qty)  # the rounds send it
-        agent_messages = self._child_messages(state, qty.astype(jnp.int32), forced, params)
+        agent_messages = self.child_messages(state, qty.astype(jnp.int32), forced, params)
 
         real = data.price[state.episode] / market.tick_size
         before, after = real[jnp.maximum(slot - 1, 0)], real[slot]
@@ -290,7 +306,7 @@ class DynamicExecutionEnv(ExecutionEnv):
         exec_price = jnp.where(filled > 0, safe_divide(value, filled), market_price)
         inventory = state.inventory - filled
         price_history = state.price_history.at[slot].set(minute.mid * market.tick_size)
-        features = self._minute_features(state, params, slot, price_history, minute)
+        features = self.minute_features(state.episode, params, slot, price_history, minute)
         next_state = state.replace(
             time=state.time + 1,
             inventory=inventory,
@@ -309,26 +325,31 @@ class DynamicExecutionEnv(ExecutionEnv):
             state, fraction, next_state, params, filled, exec_price, market_price
         )
 
-    def _participation(self, state: DynamicEnvState, params, slot, fraction, forced):
+    def participation_order(
+        self, state: DynamicEnvState, params, slot, fraction, forced, agent=0
+    ) -> tuple[ParticipationOrder, jax.Array]:
         """The minute's POV child order, rate ``a I_t / V̂_s`` of the other traders'
         volume and at most ``I_t`` shares (a busy minute trades more than ``a I_t``), and
-        whether it works: not at a forced last step (all of ``I_t`` goes at once) nor where
-        the forecast is 0 (the child order is then sent at once at its size ``a I_t``, as
-        the static market does)."""
+        whether it works (``bool``): not at a forced last step (all of ``I_t`` goes at
+        once) nor where the forecast is 0 (the child order is then sent at once at its size
+        ``a I_t``, as the static market does). ``agent`` is the agent index i (owner
+        ``FIRST_AGENT_OWNER + i``, order id ``AGENT_ORDER_ID + i``)."""
         forecast = history_volume_forecast(state.volume_history, params.data, state.episode, slot)
         works = jnp.logical_and(~forced, forecast > 0)
         order = ParticipationOrder(
             side=jnp.where(params.side > 0, SELL, BUY).astype(jnp.int32),
             rate=safe_divide(fraction * state.inventory, forecast).astype(jnp.float32),
             limit=jnp.where(works, jnp.floor(state.inventory), 0.0).astype(jnp.int32),
-            owner=jnp.int32(FIRST_AGENT_OWNER),
-            order_id=jnp.int32(AGENT_ORDER_ID),
+            owner=jnp.asarray(FIRST_AGENT_OWNER + agent, jnp.int32),
+            order_id=jnp.asarray(AGENT_ORDER_ID + agent, jnp.int32),
         )
         return order, works
 
-    def _minute_features(self, state, params: DynamicEnvParams, slot, prices, minute):
-        """Normalized ``float32[F]`` features of the simulated bar at ``slot`` (the
-        formulas of :func:`serl_jax.data.episodes._raw_features`)."""
+    def minute_features(self, episode, params: DynamicEnvParams, slot, prices, minute):
+        """Normalized ``float32[F]`` features of the simulated bar at ``slot`` of day
+        ``episode`` (``prices`` ``float32[T]`` the day's bar prices so far, ``minute`` the
+        :class:`~serl_jax.market.simulator.MinuteSummary`; the formulas of
+        :func:`serl_jax.data.episodes._raw_features`)."""
         window = params.vol_window
         lags = slot - window + jnp.arange(window + 1)  # prices of slots s-w .. s
         p = prices[jnp.maximum(lags, 0)]
@@ -337,7 +358,7 @@ class DynamicExecutionEnv(ExecutionEnv):
         count = jnp.maximum(valid.sum(), 1)
         mean = jnp.where(valid, returns, 0.0).sum() / count
         var = jnp.where(valid, (returns - mean) ** 2, 0.0).sum() / count
-        scale = params.data.expected_day_volume[state.episode]
+        scale = params.data.expected_day_volume[episode]
         raw = jnp.zeros((len(FEATURE_NAMES),), jnp.float32)
         raw = raw.at[_RETURN].set(jnp.where(slot > 0, returns[-1], 0.0))
         raw = raw.at[_VOLATILITY].set(jnp.where(valid.any(), jnp.sqrt(var), 0.0))

@@ -83,6 +83,9 @@ class EnvParams:
         concentration_penalty: c in the reward's ``-c * (q_t/Q)^2`` term (Qlib PAPenalty).
         terminal_penalty_bps: reward penalty per unit fraction of Q left at the end, bps.
         reward_scale: multiplies the whole reward (rewards are in bps before scaling).
+        urgency: an agent's risk aversion (>= 0) for rewards that use it; the multi-agent
+            environment sets it per agent from the agent's profile
+            (:mod:`serl_jax.components.profiling`). The default reward ignores it.
         lookback: number of past slots of market features in the observation (static).
         benchmark: ``"vwap"`` or ``"twap"`` (static).
         diagnostic_volume_leak: DIAGNOSTIC ONLY, a deliberate leak of the future (static):
@@ -118,6 +121,7 @@ class EnvParams:
     concentration_penalty: float = 100.0
     terminal_penalty_bps: float = 100.0
     reward_scale: float = 0.1
+    urgency: float = 0.0
     lookback: int = struct.field(pytree_node=False, default=10)
     benchmark: str = struct.field(pytree_node=False, default="vwap")
     diagnostic_volume_leak: bool = struct.field(pytree_node=False, default=False)
@@ -316,14 +320,15 @@ def twap_action_prior(obs: jnp.ndarray, anchor_steps: float = 0.0) -> jnp.ndarra
     return jnp.clip(jnp.log(action) - jnp.log1p(-action), -10.0, 10.0)
 
 
-def _hash_uniforms(key: jax.Array, n: int) -> jnp.ndarray:
+def hash_uniforms(key: jax.Array, n: int) -> jnp.ndarray:
     """``n`` float32 uniforms in [0, 1) hashed from a PRNG key's bits (24-bit resolution).
 
     The auto-reset runs for every lane at every step, and a threefry draw there cost as
     much as the step itself (``benchmarks/bench_env.py``: 3.4-5.8 M vs 8.2 M steps/s at
     4,096 episodes). The key handed to ``step`` is already a threefry output, so the
     32-bit murmur3 finalizer (Appleby, MurmurHash3 ``fmix32``) of its words, salted per
-    output, mixes it enough for drawing episodes and windows.
+    output, mixes it enough for drawing episodes and windows. The first ``k`` of ``n``
+    outputs do not depend on ``n``.
     """
     words = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
     salt = jnp.arange(n, dtype=jnp.uint32) * jnp.uint32(0x85EBCA6B)
@@ -334,6 +339,33 @@ def _hash_uniforms(key: jax.Array, n: int) -> jnp.ndarray:
     x = x * jnp.uint32(0xC2B2AE35)
     x = x ^ (x >> 16)
     return (x >> 8).astype(jnp.float32) * (1.0 / (1 << 24))
+
+
+def draw_order(u: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, ...]:
+    """An order's Q multiplier and window from uniforms, as :meth:`ExecutionEnv.reset_state`
+    draws them.
+
+    Args:
+        u: float32 ``[3]`` uniforms in [0, 1) (``[1]`` suffices without
+            ``params.random_window``): the multiplier, the window's start, its length.
+        params: environment parameters (``quantity_low``, ``quantity_high``,
+            ``random_window``, ``min_window_len``, the data's number of slots).
+
+    Returns:
+        ``(multiplier, start, window_len)``: float32 in ``[quantity_low, quantity_high]``,
+        int32 first slot and int32 number of slots, a window of at least
+        ``min_window_len`` slots inside the day (the whole day without ``random_window``).
+    """
+    n_slots = params.data.num_slots
+    multiplier = params.quantity_low + u[0] * (params.quantity_high - params.quantity_low)
+    if not params.random_window:
+        return multiplier, jnp.int32(0), jnp.int32(n_slots)
+    min_len = jnp.clip(params.min_window_len, 1, n_slots)
+    n_starts = n_slots - min_len + 1
+    start = jnp.minimum((u[1] * n_starts).astype(jnp.int32), n_starts - 1)
+    n_lens = n_slots - start - min_len + 1
+    window_len = min_len + jnp.minimum((u[2] * n_lens).astype(jnp.int32), n_lens - 1)
+    return multiplier, start, window_len
 
 
 class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
@@ -420,24 +452,15 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
     def reset_state(self, key: jax.Array, params: EnvParams) -> EnvState:
         """Draws a symbol-day, Q and (if ``random_window``) a window; returns the state.
 
-        The uniforms come from a hash of the key's bits (:func:`_hash_uniforms`): this runs
+        The uniforms come from a hash of the key's bits (:func:`hash_uniforms`): this runs
         for every lane at every step of the auto-reset, where a threefry draw doubled the
         cost of a step. Deterministic given the key.
         """
-        u = _hash_uniforms(key, 4 if params.random_window else 2)
-        n_slots = params.data.num_slots
+        u = hash_uniforms(key, 4 if params.random_window else 2)
         episode = jnp.minimum(
             (u[0] * params.data.num_episodes).astype(jnp.int32), params.data.num_episodes - 1
         )
-        multiplier = params.quantity_low + u[1] * (params.quantity_high - params.quantity_low)
-        if params.random_window:
-            min_len = jnp.clip(params.min_window_len, 1, n_slots)
-            n_starts = n_slots - min_len + 1
-            start = jnp.minimum((u[2] * n_starts).astype(jnp.int32), n_starts - 1)
-            n_lens = n_slots - start - min_len + 1
-            window_len = min_len + jnp.minimum((u[3] * n_lens).astype(jnp.int32), n_lens - 1)
-        else:
-            start, window_len = jnp.int32(0), jnp.int32(n_slots)
+        multiplier, start, window_len = draw_order(u[1:], params)
         return self.init_state(params, episode, start, window_len, multiplier)
 
     def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:

@@ -1,0 +1,381 @@
+"""N execution agents in one dynamic market: their child orders move prices for each other.
+
+:class:`MultiAgentExecutionEnv` runs :class:`~serl_jax.envs.dynamic.DynamicExecutionEnv`'s
+task for N agents at once on one simulated market: one book, one set of background
+populations and one day's bars, the agents' child orders entering every minute as the
+messages of owners ``FIRST_AGENT_OWNER + i`` (order ids ``AGENT_ORDER_ID + i``), in agent
+order, before the background rounds. Each agent's fills, cash, reward, observation and
+``info`` are the single-agent environment's, computed from its own owner id's settlement.
+
+Layout. Per-agent arrays have a leading agent axis ``[N, ...]`` (observations
+``float32[N, D]``, actions ``float32[N]``, rewards ``float32[N]``), not JaxMARL's dict of
+agents: the agents are homogeneous (same observation and action spaces), so a policy with
+shared parameters is one ``vmap`` over the axis, a centralized critic reads the joint
+observation as a reshape, and N is a static shape that XLA compiles once.
+
+Scenarios (static):
+
+- ``"independent"``: each agent has its own parent order from its
+  :class:`~serl_jax.components.profiling.AgentProfile` (side, Q multiplier, window).
+- ``"team"``: the agents share one parent order: agent 0's profile gives every agent its
+  side and window, and each agent's Q (its profile's multiplier on ``order_fraction *
+  expected window volume``) is its share of the team's parent order, the sum. The team
+  is scored by team PA (:func:`team_price_advantage`) and ``info["team_reward"]``, the
+  agents' rewards weighted by their shares ``Q_i / sum Q``.
+
+Episode and clock. The market runs the minutes from the first agent's window start to
+the last agent's window end (``state.clock`` is the slot simulated next). Agent ``i`` is
+active in the minutes of its window: before, it waits (its observation is zeros, no
+message is sent, its reward is 0); after, it is done (``terminated`` fires at its last
+step, as in the single-agent environment, and it stays inactive). ``info["active"]``
+marks the steps each agent took, the ones a learner trains on. The episode ends, and the
+environment resets (auto-reset, as gymnax's ``step``), when every window is over.
+
+With one agent the episode is the agent's window, the reset draws the single-agent
+environment's day, Q and window from the same key
+(:func:`~serl_jax.components.profiling.default_profile`), and the market runs the same
+messages with the same key: observations, rewards, fills and ``info`` equal
+:class:`~serl_jax.envs.dynamic.DynamicExecutionEnv`'s bit for bit
+(``tests/test_multi_agent_env.py``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import spaces
+
+from serl_jax.components.profiling import AgentProfile, ProfileFn, default_profile, draw_profiles
+from serl_jax.envs.dynamic import DynamicEnvParams, DynamicEnvState, DynamicExecutionEnv
+from serl_jax.envs.execution import (
+    EnvState,
+    ExecutionEnv,
+    default_reward,
+    hash_uniforms,
+    safe_divide,
+)
+from serl_jax.market.agents import round_view
+from serl_jax.market.params import FIRST_AGENT_OWNER
+from serl_jax.market.simulator import MarketState, reset_market, run_minute
+
+SCENARIOS = ("independent", "team")
+
+
+@struct.dataclass
+class MultiAgentState:
+    """One multi-agent episode (a batch under ``vmap``).
+
+    Attributes:
+        agents: every agent's order, :class:`~serl_jax.envs.execution.EnvState` with
+            ``[N]`` leaves (``time`` counts the agent's own steps in its window).
+        profile: the agents' :class:`~serl_jax.components.profiling.AgentProfile`,
+            ``[N]`` leaves.
+        episode: ``int32`` index of the day in ``params.data``.
+        clock: ``int32`` the slot (minute) the market simulates next.
+        end: ``int32`` the first slot after every agent's window.
+        market: the simulated market all agents trade in.
+        price_history: ``float32[T]`` the day's bar prices, real before ``clock`` started,
+            then simulated mids (currency).
+        feature_history: ``float32[T, F]`` normalized features of the same bars.
+        volume_history: ``float32[T]`` the same bars' volumes, shares.
+    """
+
+    agents: EnvState
+    profile: AgentProfile
+    episode: jax.Array
+    clock: jax.Array
+    end: jax.Array
+    market: MarketState
+    price_history: jax.Array
+    feature_history: jax.Array
+    volume_history: jax.Array
+
+
+def team_price_advantage(notional, executed, benchmark_price, side) -> jax.Array:
+    """The team's PA, bps: ``side * (sum notional / sum executed / P~ - 1) * 1e4``.
+
+    Args:
+        notional: ``float32[..., N]`` the agents' filled notional, currency.
+        executed: ``float32[..., N]`` their executed shares.
+        benchmark_price: ``float32[...]`` the team's benchmark P~ (the agents share it).
+        side: ``float32[...]`` +1 sell, -1 buy.
+
+    Returns:
+        ``float32[...]``; 0 where the team executed nothing (as
+        :func:`~serl_jax.envs.execution.order_price_advantage`).
+    """
+    total = executed.sum(-1)
+    avg_price = safe_divide(notional.sum(-1), total)
+    return jnp.where(total > 0, side * (avg_price / benchmark_price - 1.0) * 1e4, 0.0)
+
+
+class MultiAgentExecutionEnv:
+    """N execution agents in the dynamic market (see the module docstring).
+
+    Args:
+        num_agents: N >= 1 (static: the shapes).
+        scenario: ``"independent"`` or ``"team"``.
+        reward_fn: the reward slot, as for
+            :class:`~serl_jax.envs.execution.ExecutionEnv`, applied per agent with its own
+            ``params.side`` and ``params.urgency``.
+        profile_fn: the profile slot (:mod:`serl_jax.components.profiling`).
+
+    Raises:
+        ValueError: for ``num_agents < 1`` or an unknown scenario.
+    """
+
+    def __init__(
+        self,
+        num_agents: int,
+        scenario: str = "independent",
+        reward_fn=default_reward,
+        profile_fn: ProfileFn = default_profile,
+    ):
+        if int(num_agents) < 1:
+            raise ValueError(f"num_agents must be >= 1, got {num_agents}")
+        if scenario not in SCENARIOS:
+            raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
+        self.num_agents = int(num_agents)
+        self.scenario = scenario
+        self.profile_fn = profile_fn
+        self.single = DynamicExecutionEnv(reward_fn)
+
+    @property
+    def name(self) -> str:
+        return "MultiAgentExecutionEnv"
+
+    # ------------------------------------------------------------------ reset
+
+    def reset_state(self, key: jax.Array, params: DynamicEnvParams) -> MultiAgentState:
+        """Draws the day (uniform 0 of the key's hash, as the single-agent reset) and the N
+        profiles; returns the state before the first window's first minute.
+
+        Raises:
+            ValueError: if ``params`` is not a
+                :class:`~serl_jax.envs.dynamic.DynamicEnvParams` from ``from_static``.
+        """
+        if not isinstance(params, DynamicEnvParams) or params.feature_mean is None:
+            raise ValueError("MultiAgentExecutionEnv needs DynamicEnvParams.from_static(...)")
+        data = params.data
+        u = hash_uniforms(key, 1)
+        episode = jnp.minimum((u[0] * data.num_episodes).astype(jnp.int32), data.num_episodes - 1)
+        profile = draw_profiles(self.profile_fn, key, self.num_agents, params)
+        if self.scenario == "team":  # one parent order: agent 0's side and window
+            profile = profile.replace(
+                side=jnp.broadcast_to(profile.side[0], profile.side.shape),
+                start=jnp.broadcast_to(profile.start[0], profile.start.shape),
+                window_len=jnp.broadcast_to(profile.window_len[0], profile.window_len.shape),
+            )
+
+        def order(p: AgentProfile) -> EnvState:
+            agent_params = params.replace(side=p.side, urgency=p.urgency)
+            # the static order (benchmark, arrival, Q); the market is the agents' shared one
+            base = ExecutionEnv.init_state(
+                self.single, agent_params, episode, p.start, p.window_len, p.quantity
+            )
+            quantity = jnp.round(base.quantity)  # whole shares, as the single-agent env
+            return base.replace(quantity=quantity, inventory=quantity)
+
+        agents = jax.vmap(order)(profile)
+        begin = profile.start.min()
+        arrival = data.price[episode, jnp.maximum(begin - 1, 0)]
+        market = reset_market(
+            arrival / params.market.tick_size,
+            data.mean_minute_volume[episode],
+            params.market,
+            num_agents=self.num_agents,
+        )
+        return MultiAgentState(
+            agents=agents,
+            profile=profile,
+            episode=episode,
+            clock=begin,
+            end=(profile.start + profile.window_len).max(),
+            market=market,
+            price_history=data.price[episode],
+            feature_history=data.features[episode],
+            volume_history=data.volume[episode],
+        )
+
+    def reset(self, key: jax.Array, params: DynamicEnvParams) -> tuple[jax.Array, MultiAgentState]:
+        """``(obs float32[N, D], state)`` of a fresh episode."""
+        state = self.reset_state(key, params)
+        return self.get_obs(state, params), state
+
+    # ------------------------------------------------------------------ step
+
+    @partial(jax.jit, static_argnames=("self",))
+    def step(
+        self, key: jax.Array, state: MultiAgentState, actions: jax.Array, params: DynamicEnvParams
+    ) -> tuple[jax.Array, MultiAgentState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
+        """One minute with every active agent's child order, then auto-reset.
+
+        Args:
+            key: PRNG key of the minute (the whole key drives the market minute and the
+                reset, as :meth:`DynamicExecutionEnv.step`).
+            state: the episode.
+            actions: ``float32[N]`` each agent's fraction of its remaining inventory,
+                clipped to [0, 1] (ignored for inactive agents).
+            params: the environment's parameters (shared; each agent's side and urgency
+                come from its profile).
+
+        Returns:
+            ``(obs [N, D], state, reward [N], terminated [N], truncated [N], info)``;
+            ``info`` has the single-agent ``info`` fields with a leading ``[N]`` axis
+            (``exec_qty``, ``exec_price``, ``order_pa``, ..., ``final_observation``
+            ``[N, D]``), ``active`` ``bool[N]`` (the agent traded in this minute: the steps
+            to learn from), ``team_reward`` ``float32`` and ``episode_done`` ``bool``.
+        """
+        obs_step, state_step, reward, terminated, info = self.step_env(key, state, actions, params)
+        done = info["episode_done"]
+        state_reset = self.reset_state(key, params)
+        state = jax.tree.map(lambda r, s: jax.lax.select(done, r, s), state_reset, state_step)
+        truncated = jnp.zeros((self.num_agents,), jnp.bool_)
+        info = {**info, "terminated": terminated, "truncated": truncated}
+        info["final_observation"] = obs_step
+        return self.get_obs(state, params), state, reward, terminated, truncated, info
+
+    def step_env(
+        self, key: jax.Array, state: MultiAgentState, actions: jax.Array, params: DynamicEnvParams
+    ) -> tuple[jax.Array, MultiAgentState, jax.Array, jax.Array, dict[str, Any]]:
+        """One minute without the reset: ``(obs, state, reward, terminated, info)``."""
+        data, market = params.data, params.market
+        slot = jnp.minimum(state.clock, data.num_slots - 1)
+        agent_index = jnp.arange(self.num_agents, dtype=jnp.int32)
+        actions = jnp.asarray(actions, jnp.float32).reshape(self.num_agents)
+        active = (state.clock >= state.agents.start) & (state.agents.time < state.agents.window_len)
+        pov = params.child_quantity == "participation" and params.child_order == "market"
+
+        def child_order(i, agent, profile, action, is_active):
+            view, agent_params = self._view(agent, profile, state, params)
+            fraction = jnp.clip(action, 0.0, 1.0)
+            forced = jnp.logical_and(
+                agent_params.force_liquidation, agent.time + 1 >= agent.window_len
+            )
+            qty = jnp.where(forced, agent.inventory, jnp.floor(fraction * agent.inventory))
+            qty = jnp.where(is_active, qty, 0.0)
+            order = None
+            if pov:
+                order, works = self.single.participation_order(
+                    view, agent_params, slot, fraction, forced, agent=i
+                )
+                order = order.replace(limit=jnp.where(is_active, order.limit, 0))
+                qty = jnp.where(works, 0.0, qty)  # the rounds send it
+            messages = self.single.child_messages(
+                view, qty.astype(jnp.int32), forced, agent_params, agent=i
+            )
+            return messages, order
+
+        messages, participation = jax.vmap(child_order)(
+            agent_index, state.agents, state.profile, actions, active
+        )
+        messages = jax.tree.map(lambda x: x.reshape(-1), messages)  # agent-major, 2 each
+
+        real = data.price[state.episode] / market.tick_size
+        before, after = real[jnp.maximum(slot - 1, 0)], real[slot]
+        rounds = market.rounds_per_minute
+        fundamental = before + (jnp.arange(1, rounds + 1) / rounds) * (after - before)
+        activity = data.volume_profile[state.episode, slot] * data.num_slots
+        pre_trade_mid = round_view(state.market.book, state.market.reference).reference
+        new_market, minute = run_minute(
+            state.market,
+            messages,
+            fundamental,
+            activity,
+            data.mean_minute_volume[state.episode],
+            key,
+            market,
+            participation,
+            engine=params.lob_engine,
+        )
+        price_history = state.price_history.at[slot].set(minute.mid * market.tick_size)
+        features = self.single.minute_features(state.episode, params, slot, price_history, minute)
+        shared = state.replace(
+            clock=state.clock + 1,
+            market=new_market,
+            price_history=price_history,
+            feature_history=state.feature_history.at[slot].set(features),
+            volume_history=state.volume_history.at[slot].set(minute.volume),
+        )
+        market_price = pre_trade_mid * market.tick_size
+        replayed_price = data.price[state.episode, slot]
+
+        def settle(i, agent, profile, action, is_active):
+            view, agent_params = self._view(agent, profile, state, params)
+            side = agent_params.side
+            owner = FIRST_AGENT_OWNER + i
+            filled = (-side * minute.position_change[owner]).astype(jnp.float32)
+            value = side * minute.cash_change[owner] * market.tick_size
+            exec_price = jnp.where(filled > 0, safe_divide(value, filled), market_price)
+            inventory = agent.inventory - filled
+            stepped = agent.replace(
+                time=agent.time + 1,
+                inventory=inventory,
+                executed=agent.quantity - inventory,
+                notional=agent.notional + value,
+                last_qty=filled,
+                last_price=exec_price,
+                last_market_price=market_price,
+                last_replayed_price=replayed_price,
+            )
+            stepped = jax.tree.map(lambda a, b: jnp.where(is_active, a, b), stepped, agent)
+            next_view, _ = self._view(stepped, profile, shared, params)
+            fraction = jnp.clip(action, 0.0, 1.0)
+            obs, _, reward, terminated, info = self.single.finish_step(
+                view, fraction, next_view, agent_params, filled, exec_price, market_price
+            )
+            waiting = shared.clock < profile.start  # its window has not begun
+            obs = jnp.where(waiting, 0.0, obs)
+            return stepped, obs, jnp.where(is_active, reward, 0.0), terminated & is_active, info
+
+        agents, obs, reward, terminated, info = jax.vmap(settle)(
+            agent_index, state.agents, state.profile, actions, active
+        )
+        next_state = shared.replace(agents=agents)
+        share = safe_divide(agents.quantity, agents.quantity.sum())
+        info = {
+            **info,
+            "active": active,
+            "team_reward": (share * reward).sum(),
+            "episode_done": next_state.clock >= next_state.end,
+        }
+        return obs, next_state, reward, terminated, info
+
+    # ------------------------------------------------------------------ views
+
+    def _view(self, agent: EnvState, profile: AgentProfile, state: MultiAgentState, params):
+        """Agent i as a single-agent dynamic state and parameters (its order, the shared
+        market and bars; its side and urgency), so the single-agent code runs unchanged."""
+        fields = {f: getattr(agent, f) for f in agent.__dataclass_fields__}
+        view = DynamicEnvState(
+            **fields,
+            market=state.market,
+            price_history=state.price_history,
+            feature_history=state.feature_history,
+            volume_history=state.volume_history,
+        )
+        return view, params.replace(side=profile.side, urgency=profile.urgency)
+
+    def get_obs(self, state: MultiAgentState, params: DynamicEnvParams) -> jax.Array:
+        """``float32[N, D]``: each agent's single-agent observation (its order, the shared
+        bars), zeros for an agent whose window has not begun (it would see bars the
+        market has not reached)."""
+
+        def one(agent, profile):
+            view, agent_params = self._view(agent, profile, state, params)
+            obs = self.single.get_obs(view, agent_params)
+            return jnp.where(state.clock < profile.start, 0.0, obs)
+
+        return jax.vmap(one)(state.agents, state.profile)
+
+    def observation_size(self, params: DynamicEnvParams) -> int:
+        """D, one agent's observation length (the single-agent environment's)."""
+        return self.single.observation_size(params)
+
+    def action_space(self, params: DynamicEnvParams | None = None) -> spaces.Box:
+        """One agent's action, ``a ∈ [0, 1]`` (the fraction of its remaining inventory)."""
+        return self.single.action_space(params)
