@@ -228,7 +228,9 @@ class MultiAgentExecutionEnv:
             ``info`` has the single-agent ``info`` fields with a leading ``[N]`` axis
             (``exec_qty``, ``exec_price``, ``order_pa``, ..., ``final_observation``
             ``[N, D]``), ``active`` ``bool[N]`` (the agent traded in this minute: the steps
-            to learn from), ``team_reward`` ``float32`` and ``episode_done`` ``bool``.
+            to learn from), ``observing`` ``bool[N]`` (the returned observation is real:
+            the agent's window has begun; zeros otherwise), ``team_reward`` ``float32``
+            and ``episode_done`` ``bool``.
         """
         obs_step, state_step, reward, terminated, info = self.step_env(key, state, actions, params)
         done = info["episode_done"]
@@ -237,6 +239,7 @@ class MultiAgentExecutionEnv:
         truncated = jnp.zeros((self.num_agents,), jnp.bool_)
         info = {**info, "terminated": terminated, "truncated": truncated}
         info["final_observation"] = obs_step
+        info["observing"] = state.clock >= state.profile.start
         return self.get_obs(state, params), state, reward, terminated, truncated, info
 
     def step_env(

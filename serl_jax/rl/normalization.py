@@ -29,11 +29,19 @@ class RunningStats:
         """Empty statistics for ``size``-dimensional observations."""
         return cls(jnp.zeros(size), jnp.ones(size), jnp.asarray(1e-4))
 
-    def update(self, batch: jnp.ndarray) -> RunningStats:
-        """Merges a ``[B, D]`` batch into the statistics."""
-        batch_mean = batch.mean(axis=0)
-        batch_var = batch.var(axis=0)
-        batch_count = batch.shape[0]
+    def update(self, batch: jnp.ndarray, mask: jnp.ndarray | None = None) -> RunningStats:
+        """Merges a ``[B, D]`` batch into the statistics (with ``mask`` ``bool[B]``, only
+        its rows where the mask is set; an all-false mask changes nothing)."""
+        if mask is None:
+            batch_mean = batch.mean(axis=0)
+            batch_var = batch.var(axis=0)
+            batch_count = batch.shape[0]
+        else:
+            weight = mask.astype(batch.dtype)[:, None]
+            batch_count = weight.sum()
+            safe_count = jnp.maximum(batch_count, 1.0)
+            batch_mean = (weight * batch).sum(axis=0) / safe_count
+            batch_var = (weight * (batch - batch_mean) ** 2).sum(axis=0) / safe_count
         delta = batch_mean - self.mean
         total = self.count + batch_count
         mean = self.mean + delta * batch_count / total
