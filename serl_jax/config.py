@@ -1,6 +1,6 @@
 """Run configuration: YAML presets plus dotted command-line overrides.
 
-A config has ten sections. ``env`` takes exactly the fields of
+A config has eleven sections. ``env`` takes exactly the fields of
 :class:`serl_jax.envs.execution.EnvParams` (but ``data``) and ``ppo`` those of
 :class:`serl_jax.rl.ppo.PPOConfig`, so there is one place where each knob is defined and
 documented. Unknown keys and values of the wrong type are rejected with a one-line
@@ -21,8 +21,10 @@ import yaml
 
 from serl_jax.components.imagination import ImaginationBounds
 from serl_jax.envs.execution import CHILD_QUANTITIES, EnvParams, twap_action_prior
+from serl_jax.envs.multi_agent import SCENARIOS
 from serl_jax.lob.engine import LOB_ENGINES
 from serl_jax.rl.hybrid import HybridConfig
+from serl_jax.rl.marl import ALGORITHMS, MARLConfig
 from serl_jax.rl.networks import declared_prior_anchor
 from serl_jax.rl.ppo import ActionPrior, PPOConfig, no_action_prior
 
@@ -459,6 +461,48 @@ class ImagineConfig:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class MarlConfig:
+    """Several execution agents in the dynamic market (:mod:`serl_jax.envs.multi_agent`,
+    :mod:`serl_jax.rl.marl`).
+
+    Attributes:
+        agents: N, the execution agents (1: the single-agent paths). With N > 1,
+            ``--llm none`` trains them in the dynamic market (``market.mode`` must be
+            ``dynamic``) and reports each agent's metrics and the team's.
+        algorithm: ``ippo`` (local critics) or ``mappo`` (a centralized critic).
+        scenario: ``independent`` (each agent its own parent order) or ``team`` (one
+            parent order shared, trained on the team reward and scored by team PA).
+        critic_hidden_sizes: hidden widths of MAPPO's centralized critic.
+    """
+
+    agents: int = 1
+    algorithm: str = "ippo"
+    scenario: str = "independent"
+    critic_hidden_sizes: tuple[int, ...] = (128, 128)
+
+    def __post_init__(self):
+        if self.agents < 1:
+            raise ValueError(f"marl.agents: must be >= 1, got {self.agents}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"marl.algorithm: expected one of {list(ALGORITHMS)}, got {self.algorithm!r}"
+            )
+        if self.scenario not in SCENARIOS:
+            raise ValueError(
+                f"marl.scenario: expected one of {list(SCENARIOS)}, got {self.scenario!r}"
+            )
+        self.trainer_config()  # the critic's widths
+
+    def trainer_config(self) -> MARLConfig:
+        """The :class:`~serl_jax.rl.marl.MARLConfig` (team reward in the team scenario)."""
+        return MARLConfig(
+            algorithm=self.algorithm,
+            team_reward=self.scenario == "team",
+            critic_hidden_sizes=tuple(self.critic_hidden_sizes),
+        )
+
+
 # The env section's defaults are EnvParams' but one: a run's learned policies send
 # participation child orders (README "Learning on real bars"); EnvParams keeps the plain
 # fixed-size child order, the one the baselines are defined with.
@@ -483,6 +527,7 @@ class Config:
     market: MarketConfig = MarketConfig()
     lob: LobConfig = LobConfig()
     imagine: ImagineConfig = ImagineConfig()
+    marl: MarlConfig = MarlConfig()
 
     def env_params(self, data) -> EnvParams:
         """``EnvParams`` for the given ``MarketData`` with this config's env section."""
@@ -510,6 +555,7 @@ class Config:
             "market": plain(dataclasses.asdict(self.market)),
             "lob": plain(dataclasses.asdict(self.lob)),
             "imagine": plain(dataclasses.asdict(self.imagine)),
+            "marl": plain(dataclasses.asdict(self.marl)),
         }
 
 
@@ -596,6 +642,7 @@ _SECTIONS = {
     "market": MarketConfig,
     "lob": LobConfig,
     "imagine": ImagineConfig,
+    "marl": MarlConfig,
 }
 
 
@@ -615,6 +662,11 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
         raise ConfigError(
             f"ppo.group_size={cfg.ppo.group_size} must divide "
             f"market.dynamic_envs={cfg.market.dynamic_envs} (sibling lanes in both markets)"
+        )
+    if cfg.marl.agents > 1 and cfg.market.mode != "dynamic":
+        raise ConfigError(
+            f"marl.agents={cfg.marl.agents}: several agents trade in the dynamic market only; "
+            f"set market.mode=dynamic (--env dynamic), not {cfg.market.mode}"
         )
     if "imagination" in cfg.loop.modules and cfg.imagine.ratio == 0.0:
         raise ConfigError(

@@ -123,3 +123,140 @@ def rollout(
 
     keys = jax.random.split(key, n_episodes)
     return jax.vmap(one_order)(jnp.arange(n_episodes), keys)
+
+
+class MultiAgentRollout(NamedTuple):
+    """Per-order results of N agents on E days (leading ``[E, N]`` axes).
+
+    Attributes:
+        side: ``[E, N]`` +1 sell, -1 buy (each agent's profile).
+        quantity, executed, notional, replayed_notional, benchmark_price: ``[E, N]`` as
+            in :class:`Rollout`, per agent.
+        exec_qty: ``[E, N, T]`` shares executed per minute.
+        reward: ``[E, N, T]`` reward per minute (0 outside an agent's window).
+    """
+
+    side: jnp.ndarray
+    quantity: jnp.ndarray
+    executed: jnp.ndarray
+    notional: jnp.ndarray
+    replayed_notional: jnp.ndarray
+    benchmark_price: jnp.ndarray
+    exec_qty: jnp.ndarray
+    reward: jnp.ndarray
+
+    def outcomes(self, agent: int) -> OrderOutcomes:
+        """Agent ``agent``'s orders (float64 numpy)."""
+
+        def column(x):
+            return np.asarray(x, np.float64)[:, agent]
+
+        return OrderOutcomes(
+            side=column(self.side),
+            quantity=column(self.quantity),
+            executed=column(self.executed),
+            notional=column(self.notional),
+            benchmark=column(self.benchmark_price),
+            replayed_notional=column(self.replayed_notional),
+        )
+
+    def team_outcomes(self) -> OrderOutcomes:
+        """The team's parent orders, one per day: the agents' shares, executed shares and
+        notionals summed, side and benchmark of agent 0 (in the ``team`` scenario the
+        agents share both).
+
+        Raises:
+            ValueError: if the agents' sides or benchmarks differ on some day (not a team).
+        """
+        side = np.asarray(self.side, np.float64)
+        benchmark = np.asarray(self.benchmark_price, np.float64)
+        if (side != side[:, :1]).any() or (benchmark != benchmark[:, :1]).any():
+            raise ValueError("team_outcomes: the agents' sides or benchmarks differ (not a team)")
+
+        def total(x):
+            return np.asarray(x, np.float64).sum(axis=1)
+
+        return OrderOutcomes(
+            side=side[:, 0],
+            quantity=total(self.quantity),
+            executed=total(self.executed),
+            notional=total(self.notional),
+            benchmark=benchmark[:, 0],
+            replayed_notional=total(self.replayed_notional),
+        )
+
+
+def per_agent_policy(env, policy: Policy) -> Policy:
+    """A single-agent policy (a baseline) acting for every agent of a
+    :class:`~serl_jax.envs.multi_agent.MultiAgentExecutionEnv`: ``policy(policy_params,
+    key, obs [N, D], state, env_params) -> float32[N]``, agent i's action from its own
+    observation, its single-agent view of the state and its side (``env.agent_view``)."""
+
+    def multi(policy_params, key, obs, state, env_params):
+        def one(agent, profile, agent_obs, agent_key):
+            view, agent_params = env.agent_view(agent, profile, state, env_params)
+            return policy(policy_params, agent_key, agent_obs, view, agent_params)
+
+        keys = jax.random.split(key, env.num_agents)
+        return jax.vmap(one)(state.agents, state.profile, obs, keys)
+
+    return multi
+
+
+@partial(jax.jit, static_argnames=("env", "policy"))
+def multi_agent_rollout(
+    env, policy: Policy, policy_params: Any, env_params: EnvParams, key: jax.Array
+) -> MultiAgentRollout:
+    """Runs N agents over every day of ``env_params.data`` in the dynamic market.
+
+    Day ``e`` gets key ``k_e`` (``jax.random.split(key, E)``): its profiles are drawn by
+    ``env.init_state`` with ``k_e`` and parameters without augmentation (Q multiplier 1,
+    whole-day windows unless the profile sets others), and minute ``t`` uses the t-th of
+    ``jax.random.split(k_e, T)``, split into the policy's and the market's key, as in
+    :func:`rollout`; so two policies rolled out with one key meet the same profiles and
+    background randomness (paired), and one agent running a policy reproduces
+    :func:`rollout` of the single-agent dynamic environment.
+
+    Args:
+        env: a :class:`~serl_jax.envs.multi_agent.MultiAgentExecutionEnv` (static).
+        policy: ``policy(policy_params, key, obs [N, D], state, env_params) -> [N]``
+            (static; :func:`per_agent_policy` lifts a single-agent one).
+        policy_params: pytree passed to the policy.
+        env_params: :class:`~serl_jax.envs.dynamic.DynamicEnvParams` over E days of T
+            slots.
+        key: PRNG key.
+
+    Returns:
+        A :class:`MultiAgentRollout` with E days of N agents.
+    """
+    n_episodes, n_slots = env_params.data.num_episodes, env_params.data.num_slots
+    order_params = env_params.replace(quantity_low=1.0, quantity_high=1.0, random_window=False)
+
+    def one_day(episode, key):
+        state = env.init_state(order_params, episode, key)
+
+        def body(state, step_key):
+            key_act, key_env = jax.random.split(step_key)
+            obs = env.get_obs(state, env_params)
+            actions = policy(policy_params, key_act, obs, state, env_params)
+            _, next_state, reward, _, info = env.step_env(key_env, state, actions, env_params)
+            replayed = info["exec_qty"] * next_state.agents.last_replayed_price
+            return next_state, (info["exec_qty"], replayed, reward)
+
+        final, (exec_qty, replayed, reward) = jax.lax.scan(
+            body, state, jax.random.split(key, n_slots)
+        )
+        agents = final.agents
+        return MultiAgentRollout(
+            side=final.profile.side,
+            quantity=agents.quantity,
+            executed=agents.executed,
+            notional=agents.notional,
+            replayed_notional=replayed.sum(0),
+            benchmark_price=agents.benchmark_price,
+            exec_qty=exec_qty.T,
+            reward=reward.T,
+        )
+
+    keys = jax.random.split(key, n_episodes)
+    return jax.vmap(one_day)(jnp.arange(n_episodes), keys)

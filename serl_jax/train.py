@@ -59,6 +59,12 @@ import yaml
 from llm.backends import BackendError, make_backend
 from llm.designs import library
 from llm.validate import SandboxError, load_validated, validate
+from serl_jax.agents_experiment import (
+    agents_entry,
+    evaluate_agents,
+    make_agents_env,
+    train_agents,
+)
 from serl_jax.config import LOOP_SCORES, Config, ConfigError, load_config, saved_run_config
 from serl_jax.data import DataError, MarketSplits
 from serl_jax.envs.dynamic import DynamicExecutionEnv
@@ -81,6 +87,7 @@ from serl_jax.market.params import MarketParams
 from serl_jax.metrics import ExecutionMetrics, format_table, price_advantage
 from serl_jax.plots import plot_pa_distribution, plot_training_curve, plot_trajectories
 from serl_jax.rl.checkpoint import save_policy
+from serl_jax.rl.marl import make_marl_policy
 from serl_jax.rl.mixed_sampling import Imagination, imagined_share
 from serl_jax.rl.policy import make_ppo_policy
 
@@ -354,6 +361,87 @@ def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
     return 0
 
 
+def run_agents_market(
+    cfg: Config, market: MarketParams, splits: MarketSplits, out_dir: Path, progress: bool
+) -> tuple[dict[str, Any], dict[tuple[str, str], ExecutionMetrics]]:
+    """Trains ``cfg.marl.agents`` agents on one market, scores them on test days against
+    every agent running TWAP, and writes the checkpoint into ``out_dir``.
+
+    Returns:
+        The market's entry of ``metrics.json`` (:func:`serl_jax.agents_experiment.agents_entry`)
+        and the table rows (per agent, and the team's in the team scenario).
+    """
+    env = make_agents_env(cfg)
+    params = {
+        split: dynamic_env_params(
+            cfg, market, cfg.env_params(MarketData.from_episodes(splits.split(split))),
+            splits.stats,
+        )
+        for split in ("train", "val", "test")
+    }  # fmt: skip
+    label = f"{cfg.marl.algorithm.upper()} {splits.name}"
+    trained = train_agents(cfg, env, params["train"], params["val"], progress, label)
+    name = f"PPO-{cfg.marl.algorithm}"
+    policy = make_marl_policy(trained.network, cfg.ppo.normalize_obs, cfg.network.prior())
+    evaluated = evaluate_agents(cfg, env, params["test"], {name: (policy, trained.policy_params)})
+    save_policy(
+        out_dir / "checkpoint",
+        trained.policy_params,
+        {
+            "config": cfg.to_dict(),
+            "obs_size": env.observation_size(params["train"]) + cfg.marl.agents,
+            "market": splits.name,
+            "market_mode": "dynamic",
+            "agents": cfg.marl.agents,
+            "selected_seed": trained.selected_seed,
+            "feature_names": list(splits.train.feature_names),
+        },
+    )
+    rows = {}
+    for i in range(cfg.marl.agents):
+        for policy_name, result in evaluated.items():
+            rows[(f"{splits.name} agent {i}", policy_name)] = result.agents[i]
+    if cfg.marl.scenario == "team":
+        for policy_name, result in evaluated.items():
+            rows[(f"{splits.name} team", policy_name)] = result.team
+    return agents_entry(cfg, trained, evaluated, splits.test.n_episodes), rows
+
+
+def train_agents_markets(cfg: Config, config_name: str, quiet: bool) -> int:
+    """N agents (IPPO or MAPPO) on every market of ``cfg.data.markets`` (``--llm none
+    --agents N``), in the dynamic market; the run folder as :func:`train_ppo`'s."""
+    try:
+        markets = [
+            (calibrated_market(cfg, spec), load_splits(cfg, spec)) for spec in cfg.data.markets
+        ]
+    except (DataError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}-agents"
+    out_root = Path(cfg.run.out)
+    staging = out_root / f".{name}.incomplete"
+    staging.mkdir(parents=True, exist_ok=False)
+    (staging / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    report: dict[str, Any] = {"run": name, "markets": {}}
+    table_rows = {}
+    for market_params, splits in markets:
+        if not quiet:
+            print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
+        entry, rows = run_agents_market(
+            cfg, market_params, splits, staging / splits.name, progress=not quiet
+        )
+        report["markets"][splits.name] = entry
+        table_rows.update(rows)
+    table = format_table(table_rows)
+    (staging / "metrics.json").write_text(json.dumps(report, indent=2, allow_nan=False))
+    (staging / "results.txt").write_text(table + "\n")
+    final = out_root / name
+    staging.rename(final)
+    print(table)
+    print(f"run folder: {final}")
+    return 0
+
+
 def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
     """Constructor options of the ``loop.llm`` backend.
 
@@ -490,6 +578,20 @@ def main(argv: list[str] | None = None) -> int:
         choices=["static", "dynamic", "hybrid"],
         help="market PPO trains in with --llm none (default: market.mode, hybrid)",
     )
+    parser.add_argument(
+        "--agents",
+        type=int,
+        help="N execution agents in the dynamic market (default: marl.agents, 1); with "
+        "N > 1 and no --env the market is dynamic",
+    )
+    parser.add_argument(
+        "--marl", choices=["ippo", "mappo"], help="multi-agent PPO (default: marl.algorithm)"
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=["independent", "team"],
+        help="agents with their own parent orders, or one shared (default: marl.scenario)",
+    )
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue an SE-RL run folder")
     parser.add_argument("--data", help="one dataset (folder or file) instead of the samples")
     parser.add_argument("--out", help="parent folder of run folders (default: run.out)")
@@ -504,7 +606,10 @@ def main(argv: list[str] | None = None) -> int:
         "loop.modules": None if args.modules is None else args.modules.split(","),
         "dek.level": args.dek, "market.mode": args.env,
         "run.seed": args.seed, "run.out": args.out,
+        "marl.agents": args.agents, "marl.algorithm": args.marl, "marl.scenario": args.scenario,
     }  # fmt: skip
+    if args.agents is not None and args.agents > 1 and args.env is None:
+        flags["market.mode"] = "dynamic"  # the agents meet in the dynamic market only
     overrides = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     if args.data is not None:
         overrides += [
@@ -534,7 +639,13 @@ def main(argv: list[str] | None = None) -> int:
     config_name = Path(args.config).stem if args.config else "default"
     share_accelerator(cfg)
     if cfg.loop.llm.strip().lower() == "none":
+        if cfg.marl.agents > 1:
+            return train_agents_markets(cfg, config_name, args.quiet)
         return train_ppo(cfg, config_name, args.quiet)
+    if cfg.marl.agents > 1:
+        print("error: marl.agents > 1 runs with --llm none; the SE-RL loop's multi-agent "
+              "modules (profiling, communication) are not built yet", file=sys.stderr)  # fmt: skip
+        return 2
     return run_serl(cfg, f"{config_name}-serl", None, args.quiet)
 
 

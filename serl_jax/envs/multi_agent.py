@@ -151,8 +151,23 @@ class MultiAgentExecutionEnv:
     # ------------------------------------------------------------------ reset
 
     def reset_state(self, key: jax.Array, params: DynamicEnvParams) -> MultiAgentState:
-        """Draws the day (uniform 0 of the key's hash, as the single-agent reset) and the N
-        profiles; returns the state before the first window's first minute.
+        """Draws the day (uniform 0 of the key's hash, as the single-agent reset), then
+        :meth:`init_state` with the same key.
+
+        Raises:
+            ValueError: if ``params`` is not a
+                :class:`~serl_jax.envs.dynamic.DynamicEnvParams` from ``from_static``.
+        """
+        data = params.data
+        u = hash_uniforms(key, 1)
+        episode = jnp.minimum((u[0] * data.num_episodes).astype(jnp.int32), data.num_episodes - 1)
+        return self.init_state(params, episode, key)
+
+    def init_state(
+        self, params: DynamicEnvParams, episode: jax.Array, key: jax.Array
+    ) -> MultiAgentState:
+        """The state before the first window's first minute on day ``episode``, the N
+        profiles drawn with ``key``.
 
         Raises:
             ValueError: if ``params`` is not a
@@ -161,8 +176,7 @@ class MultiAgentExecutionEnv:
         if not isinstance(params, DynamicEnvParams) or params.feature_mean is None:
             raise ValueError("MultiAgentExecutionEnv needs DynamicEnvParams.from_static(...)")
         data = params.data
-        u = hash_uniforms(key, 1)
-        episode = jnp.minimum((u[0] * data.num_episodes).astype(jnp.int32), data.num_episodes - 1)
+        episode = jnp.asarray(episode, jnp.int32)
         profile = draw_profiles(self.profile_fn, key, self.num_agents, params)
         if self.scenario == "team":  # one parent order: agent 0's side and window
             profile = profile.replace(
@@ -254,7 +268,7 @@ class MultiAgentExecutionEnv:
         pov = params.child_quantity == "participation" and params.child_order == "market"
 
         def child_order(i, agent, profile, action, is_active):
-            view, agent_params = self._view(agent, profile, state, params)
+            view, agent_params = self.agent_view(agent, profile, state, params)
             fraction = jnp.clip(action, 0.0, 1.0)
             forced = jnp.logical_and(
                 agent_params.force_liquidation, agent.time + 1 >= agent.window_len
@@ -308,7 +322,7 @@ class MultiAgentExecutionEnv:
         replayed_price = data.price[state.episode, slot]
 
         def settle(i, agent, profile, action, is_active):
-            view, agent_params = self._view(agent, profile, state, params)
+            view, agent_params = self.agent_view(agent, profile, state, params)
             side = agent_params.side
             owner = FIRST_AGENT_OWNER + i
             filled = (-side * minute.position_change[owner]).astype(jnp.float32)
@@ -326,7 +340,7 @@ class MultiAgentExecutionEnv:
                 last_replayed_price=replayed_price,
             )
             stepped = jax.tree.map(lambda a, b: jnp.where(is_active, a, b), stepped, agent)
-            next_view, _ = self._view(stepped, profile, shared, params)
+            next_view, _ = self.agent_view(stepped, profile, shared, params)
             fraction = jnp.clip(action, 0.0, 1.0)
             obs, _, reward, terminated, info = self.single.finish_step(
                 view, fraction, next_view, agent_params, filled, exec_price, market_price
@@ -350,9 +364,13 @@ class MultiAgentExecutionEnv:
 
     # ------------------------------------------------------------------ views
 
-    def _view(self, agent: EnvState, profile: AgentProfile, state: MultiAgentState, params):
+    def agent_view(
+        self, agent: EnvState, profile: AgentProfile, state: MultiAgentState, params
+    ) -> tuple[DynamicEnvState, DynamicEnvParams]:
         """Agent i as a single-agent dynamic state and parameters (its order, the shared
-        market and bars; its side and urgency), so the single-agent code runs unchanged."""
+        market and bars; its side and urgency), so single-agent code (the reward, the
+        observation, a baseline policy) runs unchanged; ``agent`` and ``profile`` are
+        agent i's slices of ``state.agents`` and ``state.profile``."""
         fields = {f: getattr(agent, f) for f in agent.__dataclass_fields__}
         view = DynamicEnvState(
             **fields,
@@ -369,7 +387,7 @@ class MultiAgentExecutionEnv:
         market has not reached)."""
 
         def one(agent, profile):
-            view, agent_params = self._view(agent, profile, state, params)
+            view, agent_params = self.agent_view(agent, profile, state, params)
             obs = self.single.get_obs(view, agent_params)
             return jnp.where(state.clock < profile.start, 0.0, obs)
 

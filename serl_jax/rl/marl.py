@@ -359,3 +359,23 @@ def make_marl_trainer(
         return runner._replace(train_state=train_state, key=key), metrics
 
     return assemble_trainer(init, update, config.num_updates)
+
+
+def make_marl_policy(
+    network: nn.Module, normalize_obs: bool = True, action_prior: ActionPrior = no_action_prior
+):
+    """The trained agents as ``policy(PPOPolicyParams, key, obs [N, D], state, params) ->
+    actions float32[N]``: each agent's median action ``sigmoid(loc)`` of the shared
+    network on its (normalized) observation with its one-hot index, as in training.
+
+    ``PPOPolicyParams.params`` holds the trainer's parameters (``{"actor": ...}``, and
+    ``"critic"`` for MAPPO, which acting does not use).
+    """
+
+    def policy(policy_params, key: jax.Array, obs, state, env_params):
+        del key, state, env_params
+        x = policy_params.obs_stats.normalize(obs) if normalize_obs else obs
+        logits, _ = network.apply(policy_params.params["actor"], with_agent_ids(x))
+        return LogitNormal.from_logits(logits, action_prior(obs)).median_action()
+
+    return policy
