@@ -37,6 +37,10 @@ def test_overrides_are_typed_and_applied():
         ("bogus.key=1", "bogus: unknown section"),
         ("ppo.num_minibatches=7", "ppo.num_minibatches=7 must divide"),
         ("novalue", "expected section.key=value"),
+        ("marl.algorithm=qmix", "marl.algorithm: expected one of"),
+        ("marl.scenario=cartel", "marl.scenario: expected one of"),
+        ("marl.agents=3", "several agents trade in the dynamic market only"),
+        ("marl.critic_hidden_sizes=[]", "marl.critic_hidden_sizes must be positive"),
     ],
 )
 def test_bad_values_give_one_line_errors(override, message):
@@ -100,3 +104,10 @@ def test_saved_network_config():
     assert saved_network_config({"network": {}}).prior_anchor_steps == 0.0  # old checkpoint
     saved = load_config(None, ["network.prior_anchor_steps=12"]).to_dict()
     assert saved_network_config(saved).prior_anchor_steps == 12.0
+
+
+def test_the_marl_section_sets_the_trainer():
+    cfg = load_config(None, ["marl.agents=3", "market.mode=dynamic", "marl.scenario=team"])
+    trainer = cfg.marl.trainer_config()
+    assert cfg.marl.agents == 3 and trainer.algorithm == "ippo" and trainer.team_reward
+    assert not load_config(None, []).marl.trainer_config().team_reward

@@ -1,9 +1,10 @@
-"""PPO + GAE in JAX (plain and hybrid static + dynamic market), the network slot, the action
-distribution and checkpoints."""
+"""PPO + GAE in JAX (plain and hybrid static + dynamic market), IPPO and MAPPO, the network
+slot, the action distribution and checkpoints."""
 
 from serl_jax.rl.checkpoint import CheckpointError, load_policy, save_policy
 from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.hybrid import HybridConfig, adapt_weights, make_hybrid_trainer
+from serl_jax.rl.marl import MARLConfig, make_marl_policy, make_marl_trainer
 from serl_jax.rl.networks import ActorCritic, make_network
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
@@ -22,6 +23,7 @@ __all__ = [
     "CheckpointError",
     "HybridConfig",
     "LogitNormal",
+    "MARLConfig",
     "PPOConfig",
     "PPOPolicyParams",
     "RunningStats",
@@ -31,6 +33,8 @@ __all__ = [
     "calculate_gae",
     "load_policy",
     "make_hybrid_trainer",
+    "make_marl_policy",
+    "make_marl_trainer",
     "make_network",
     "make_ppo_policy",
     "make_train",
