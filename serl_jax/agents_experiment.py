@@ -165,12 +165,15 @@ class AgentsEvaluation:
         impact: N per-agent mean shortfall (bps; spread and impact paid against the
             replayed prices, negative is a cost) with its percentile-bootstrap interval,
             the agent's measured market impact.
+        vs_twap_pov: N per-agent PA differences to the same agent running TWAP-POV on the
+            same days (paired; None for the baselines).
         rollout: the :class:`~serl_jax.evaluation.MultiAgentRollout`.
     """
 
     agents: list[ExecutionMetrics]
     team: ExecutionMetrics | None
     impact: list[Any]
+    vs_twap_pov: list[Any]
     rollout: MultiAgentRollout
 
     @property
@@ -220,20 +223,30 @@ def evaluate_agents(
     results = {}
     for name, rollout in rollouts.items():
         is_twap = name == TWAP
-        agents, impact = [], []
+        agents, impact, vs_pov = [], [], []
         for i in range(env.num_agents):
             outcomes = rollout.outcomes(i)
             twap = None if is_twap else reference.outcomes(i)
             agents.append(compute_metrics(outcomes, twap=twap, seed=cfg.run.seed, **boot))
             cost = shortfall(outcomes)
+            # the mean cost with its bootstrap interval: a paired difference to zero
             impact.append(paired_difference(cost, np.zeros_like(cost), seed=cfg.run.seed, **boot))
+            pov = None
+            if name not in (TWAP, TWAP_POV):
+                pov = paired_difference(
+                    price_advantage(outcomes),
+                    price_advantage(rollouts[TWAP_POV].outcomes(i)),
+                    seed=cfg.run.seed,
+                    **boot,
+                )
+            vs_pov.append(pov)
         team_metrics = None
         if team:
             twap = None if is_twap else reference.team_outcomes()
             team_metrics = compute_metrics(
                 rollout.team_outcomes(), twap=twap, seed=cfg.run.seed, **boot
             )
-        results[name] = AgentsEvaluation(agents, team_metrics, impact, rollout)
+        results[name] = AgentsEvaluation(agents, team_metrics, impact, vs_pov, rollout)
     return results
 
 
@@ -246,7 +259,8 @@ def agents_entry(
     """The market's entry of ``metrics.json`` for a multi-agent run.
 
     ``agents`` is a list of N entries (``agent``, ``side``, then per policy the metrics,
-    and ``impact_bps``, the agent's mean shortfall with its interval); ``team`` the team's
+    ``impact_bps``, the agent's mean shortfall with its interval, and ``vs_TWAP_POV``, the
+    learned policies' paired PA difference to TWAP-POV); ``team`` the team's
     metrics per policy (``team`` scenario; else null); ``pa_spread_bps`` per policy the
     largest minus the smallest agent mean PA.
     """
@@ -263,6 +277,11 @@ def agents_entry(
                 "impact_bps": {
                     name: {k: v for k, v in e.impact[i].to_dict().items() if k != "win_rate"}
                     for name, e in evaluated.items()
+                },
+                "vs_TWAP_POV": {
+                    name: e.vs_twap_pov[i].to_dict()
+                    for name, e in evaluated.items()
+                    if e.vs_twap_pov[i] is not None
                 },
             }
         )

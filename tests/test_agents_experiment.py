@@ -94,6 +94,7 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
         assert agent["policies"]["PPO-mappo"]["n_orders"] == 4
         assert agent["policies"]["PPO-mappo"]["vs_TWAP"] is not None
         assert set(agent["impact_bps"]) == names
+        assert set(agent["vs_TWAP_POV"]) == {"PPO-mappo"}
         impact = agent["impact_bps"]["TWAP"]
         assert impact["ci_low"] <= impact["value"] <= impact["ci_high"] < 0  # a cost
     assert set(entry["team"]["policies"]) == names
