@@ -2,7 +2,7 @@
 
 A profile function draws one execution agent's parent order at the start of an episode::
 
-    def profile(key, agent_index, n_agents, params) -> AgentProfile
+    def profile(key, agent_index, n_agents, params) -> AgentProfile  # or a dict of its fields
 
 pure JAX (``key`` a PRNG key, ``agent_index`` an ``int32`` scalar, ``n_agents`` a Python
 int, ``params`` the environment's :class:`~serl_jax.envs.dynamic.DynamicEnvParams`),
@@ -13,11 +13,12 @@ agent reproduces :class:`~serl_jax.envs.dynamic.DynamicExecutionEnv` exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from serl_jax.envs.execution import draw_order, hash_uniforms
@@ -50,6 +51,77 @@ class AgentProfile:
 
 
 ProfileFn = Callable[[jax.Array, jax.Array, int, Any], AgentProfile]
+
+#: the fields of a profile, in :class:`AgentProfile`'s order
+PROFILE_FIELDS = ("side", "quantity", "start", "window_len", "urgency")
+
+
+def as_profile(out: Any) -> AgentProfile:
+    """A profile function's output as an :class:`AgentProfile`: the class itself, or a
+    mapping with exactly :data:`PROFILE_FIELDS` (what generated code returns: it cannot
+    import this module).
+
+    Raises:
+        ValueError: a mapping with missing or extra keys, or another type (naming them).
+    """
+    if isinstance(out, AgentProfile):
+        return out
+    if not isinstance(out, Mapping):
+        raise ValueError(
+            f"profile must return a dict with keys {', '.join(PROFILE_FIELDS)}, "
+            f"got {type(out).__name__}"
+        )
+    missing = [k for k in PROFILE_FIELDS if k not in out]
+    extra = sorted(set(out) - set(PROFILE_FIELDS))
+    if missing or extra:
+        raise ValueError(f"profile dict: missing keys {missing}, unknown keys {extra}")
+    return AgentProfile(**{k: out[k] for k in PROFILE_FIELDS})
+
+
+def check_profiles(profiles: AgentProfile, n_slots: int) -> str | None:
+    """Why drawn profiles are unusable, or None: the stage-2 check of a profile program.
+
+    Args:
+        profiles: :class:`AgentProfile` with ``[..., N]`` leaves (e.g. keys x agents),
+            as drawn by ``vmap`` of the program (not clipped).
+        n_slots: T, minutes in the day.
+
+    Returns:
+        None when every profile has float32 ``side`` in {-1, +1}, ``quantity`` finite and
+        > 0, ``urgency`` finite and >= 0, integer ``start`` in ``[0, T)`` and
+        ``window_len >= 1`` with ``start + window_len <= T`` (a non-empty window inside
+        the day), all of one shape; else a one-line reason naming the field and the
+        first offending value.
+    """
+    shapes = {k: np.shape(getattr(profiles, k)) for k in PROFILE_FIELDS}
+    if len(set(shapes.values())) != 1:
+        return f"profile fields have different shapes: {shapes}"
+    for name in ("start", "window_len"):
+        if not np.issubdtype(np.asarray(getattr(profiles, name)).dtype, np.integer):
+            dtype = np.asarray(getattr(profiles, name)).dtype
+            return f"profile {name} must be an integer (slot count), got {dtype}"
+    values = {k: np.asarray(getattr(profiles, k), np.float64) for k in PROFILE_FIELDS}
+    rules = [
+        ("side", np.isin(values["side"], (-1.0, 1.0)), "must be +1 (sell) or -1 (buy)"),
+        ("quantity", np.isfinite(values["quantity"]) & (values["quantity"] > 0), "must be > 0"),
+        ("urgency", np.isfinite(values["urgency"]) & (values["urgency"] >= 0), "must be >= 0"),
+        (
+            "start",
+            (values["start"] >= 0) & (values["start"] < n_slots),
+            f"must be in [0, {n_slots})",
+        ),
+        ("window_len", values["window_len"] >= 1, "must be >= 1 (a non-empty window)"),
+        (
+            "window_len",
+            values["start"] + values["window_len"] <= n_slots,
+            f"must end inside the day (start + window_len <= {n_slots})",
+        ),
+    ]
+    for name, ok, what in rules:
+        if not ok.all():
+            bad = values[name][~ok].reshape(-1)[0]
+            return f"profile {name} {what}, got {bad:g} in {int((~ok).sum())} of {ok.size} draws"
+    return None
 
 
 def default_profile(key: jax.Array, agent_index, n_agents: int, params) -> AgentProfile:
@@ -87,7 +159,7 @@ def draw_profiles(profile_fn: ProfileFn, key: jax.Array, n_agents: int, params) 
     slot) rejects a profile function whose windows leave the day, so a validated one is
     never clipped.
     """
-    profiles = jax.vmap(lambda i: profile_fn(key, i, n_agents, params))(
+    profiles = jax.vmap(lambda i: as_profile(profile_fn(key, i, n_agents, params)))(
         jnp.arange(n_agents, dtype=jnp.int32)
     )
     n_slots = params.data.num_slots
