@@ -11,6 +11,7 @@ of ``metrics.json``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ import jax
 import numpy as np
 
 from serl_jax.baselines import twap_policy
+from serl_jax.components.profiling import default_profile
 from serl_jax.config import Config
 from serl_jax.envs.dynamic import DynamicEnvParams
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
@@ -65,10 +67,13 @@ class TrainedAgents:
     env_steps: int
 
 
-def make_agents_env(cfg: Config) -> MultiAgentExecutionEnv:
+def make_agents_env(cfg: Config, profile_fn: Callable | None = None) -> MultiAgentExecutionEnv:
     """The ``cfg.marl`` environment: ``marl.agents`` agents in ``marl.scenario`` with the
-    default reward and profiles."""
-    return MultiAgentExecutionEnv(cfg.marl.agents, cfg.marl.scenario)
+    default reward and ``profile_fn`` (a validated profile program; None: the default
+    profile, every agent the single-agent draw)."""
+    return MultiAgentExecutionEnv(
+        cfg.marl.agents, cfg.marl.scenario, profile_fn=profile_fn or default_profile
+    )
 
 
 def _rollout_means(rollout: MultiAgentRollout) -> tuple[float, float]:

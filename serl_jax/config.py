@@ -474,12 +474,17 @@ class MarlConfig:
         scenario: ``independent`` (each agent its own parent order) or ``team`` (one
             parent order shared, trained on the team reward and scored by team PA).
         critic_hidden_sizes: hidden widths of MAPPO's centralized critic.
+        profile: the agents' profile program (LLM4Profiling,
+            :mod:`serl_jax.components.profiling`): a name of the offline designer's
+            library (``llm.designs.profiles``) or a path to a ``.py`` file, validated like
+            any candidate before the run. Empty: every agent the single-agent draw.
     """
 
     agents: int = 1
     algorithm: str = "ippo"
     scenario: str = "independent"
     critic_hidden_sizes: tuple[int, ...] = (128, 128)
+    profile: str = ""
 
     def __post_init__(self):
         if self.agents < 1:

@@ -273,42 +273,55 @@ def run_market(
     return entry, {market: {n: m for n, (m, _) in r.items()} for market, r in evaluated.items()}
 
 
-def imagination_program(cfg: Config) -> tuple[str, Callable | None]:
-    """The validated program of ``cfg.imagine.program``: ``(source code, imagine)``, or
-    ``("", None)`` when none is set.
+def validated_program(
+    spec: str, kind: str, setting: str, **checks: Any
+) -> tuple[str, Callable | None]:
+    """The validated program a config key names: ``(source code, entry point)``, or
+    ``("", None)`` when ``spec`` is empty.
 
-    The program is a name of the offline designer's library
-    (:data:`llm.designs.imaginations.IMAGINATIONS`) or a path to a ``.py`` file; it runs
-    through both validation stages (in the sandbox) with ``cfg.imagine``'s bounds before
-    it is defined in this process.
+    The program is a name of the offline designer's library for ``kind``
+    (:func:`llm.designs.library`) or a path to a ``.py`` file; it runs through both
+    validation stages (in the sandbox) before it is defined in this process.
+
+    Args:
+        spec: the key's value.
+        kind: the slot (``"imagination"``, ``"profiling"``).
+        setting: the key's name, for messages (``imagine.program``).
+        checks: passed to :func:`llm.validate.validate` (e.g. ``bounds``).
 
     Raises:
         ValueError: unknown name or unreadable file, or a program that validation rejects
             (naming the stage and the reason).
         SandboxError: the sandbox itself failed.
     """
-    spec = cfg.imagine.program.strip()
+    spec = spec.strip()
     if not spec:
         return "", None
-    designs = {d.name: d.code for d in library("imagination")}
+    designs = {d.name: d.code for d in library(kind)}
     if spec in designs:
         code = designs[spec]
     elif spec.endswith(".py"):
         try:
             code = Path(spec).read_text()
         except OSError as err:
-            raise ValueError(f"imagine.program: cannot read {spec}: {err.strerror}") from None
+            raise ValueError(f"{setting}: cannot read {spec}: {err.strerror}") from None
     else:
         raise ValueError(
-            f"imagine.program: {spec!r} is neither a library program "
+            f"{setting}: {spec!r} is neither a library program "
             f"({', '.join(designs)}) nor a .py file"
         )
-    verdict = validate(code, "imagination", bounds=cfg.imagine.bounds())
+    verdict = validate(code, kind, **checks)
     if not verdict.ok:
-        raise ValueError(
-            f"imagine.program {spec}: rejected at stage {verdict.stage}: {verdict.reason}"
-        )
-    return code, load_validated(code, "imagination")
+        raise ValueError(f"{setting} {spec}: rejected at stage {verdict.stage}: {verdict.reason}")
+    return code, load_validated(code, kind)
+
+
+def imagination_program(cfg: Config) -> tuple[str, Callable | None]:
+    """The validated program of ``cfg.imagine.program`` (:func:`validated_program`,
+    checked with ``cfg.imagine``'s bounds)."""
+    return validated_program(
+        cfg.imagine.program, "imagination", "imagine.program", bounds=cfg.imagine.bounds()
+    )
 
 
 def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
@@ -362,7 +375,12 @@ def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
 
 
 def run_agents_market(
-    cfg: Config, market: MarketParams, splits: MarketSplits, out_dir: Path, progress: bool
+    cfg: Config,
+    market: MarketParams,
+    splits: MarketSplits,
+    out_dir: Path,
+    progress: bool,
+    profile_fn: Callable | None = None,
 ) -> tuple[dict[str, Any], dict[tuple[str, str], ExecutionMetrics]]:
     """Trains ``cfg.marl.agents`` agents on one market, scores them on test days against
     every agent running TWAP, and writes the checkpoint into ``out_dir``.
@@ -371,7 +389,7 @@ def run_agents_market(
         The market's entry of ``metrics.json`` (:func:`serl_jax.agents_experiment.agents_entry`)
         and the table rows (per agent, and the team's in the team scenario).
     """
-    env = make_agents_env(cfg)
+    env = make_agents_env(cfg, profile_fn)
     params = {
         split: dynamic_env_params(
             cfg, market, cfg.env_params(MarketData.from_episodes(splits.split(split))),
@@ -411,6 +429,11 @@ def train_agents_markets(cfg: Config, config_name: str, quiet: bool) -> int:
     """N agents (IPPO or MAPPO) on every market of ``cfg.data.markets`` (``--llm none
     --agents N``), in the dynamic market; the run folder as :func:`train_ppo`'s."""
     try:
+        _, profile_fn = validated_program(cfg.marl.profile, "profiling", "marl.profile")
+    except (ValueError, SandboxError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
         markets = [
             (calibrated_market(cfg, spec), load_splits(cfg, spec)) for spec in cfg.data.markets
         ]
@@ -428,7 +451,7 @@ def train_agents_markets(cfg: Config, config_name: str, quiet: bool) -> int:
         if not quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
         entry, rows = run_agents_market(
-            cfg, market_params, splits, staging / splits.name, progress=not quiet
+            cfg, market_params, splits, staging / splits.name, not quiet, profile_fn
         )
         report["markets"][splits.name] = entry
         table_rows.update(rows)

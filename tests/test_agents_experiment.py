@@ -114,6 +114,7 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
         (["--llm", "none", "--agents", "2", "--env", "hybrid"], "dynamic market only"),
         (["--llm", "offline", "--agents", "2"], "runs with --llm none"),
         (["--llm", "none", "--agents", "0"], "marl.agents: must be >= 1"),
+        (["--llm", "none", "--agents", "2", "marl.profile=nope"], "neither a library program"),
     ],
 )
 def test_bad_multi_agent_input_exits_2_without_a_run(tmp_path, capsys, args, message):

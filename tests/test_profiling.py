@@ -1,13 +1,19 @@
-"""Agent profiles: the default draws pass the profile check, dict outputs (what generated
-code returns) are accepted, and bad profiles are named by field."""
+"""Agent profiles (LLM4Profiling): the default draws pass the profile check, dict outputs
+(what generated code returns) are accepted, bad profiles are named by field, and the
+library's programs pass validation while broken ones are rejected at stage 2."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from llm.designs import library
+from llm.validate import load_validated, validate
 from serl_jax.components.profiling import (
     AgentProfile,
     as_profile,
@@ -15,10 +21,14 @@ from serl_jax.components.profiling import (
     default_profile,
     draw_profiles,
 )
+from serl_jax.envs.dynamic import DynamicEnvParams
 from serl_jax.envs.execution import EnvParams
 from serl_jax.envs.market_data import MarketData
+from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.market.calibrate import load_market_params
 
 N_SLOTS = 240
+MARKET_YAML = Path(__file__).parents[1] / "configs" / "market" / "cn_1min.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +100,44 @@ def test_bad_profiles_are_named(changes, reason):
     assert check_profiles(_profile(), N_SLOTS) is None
     found = check_profiles(_profile(**changes), N_SLOTS)
     assert found is not None and reason in found, found
+
+
+@pytest.mark.slow
+def test_library_profiles_pass_validation_and_bad_ones_are_rejected(cn_market):
+    """Every library program passes both stages; a window past the day's end, a NaN
+    quantity and a missing field are rejected at stage 2 with the field named; then
+    staggered_windows, defined in this process, gives 3 agents the hand-computed
+    windows of the A-share day (240 minutes: 120 long, starting at 0, 60 and 120)."""
+    programs = {d.name: d.code for d in library("profiling")}
+    base = programs["independent_days"]
+    bad = {
+        "past the end": base.replace(
+            '"window_len": jnp.int32(params.data.num_slots)',
+            '"window_len": jnp.int32(params.data.num_slots + 1)',
+        ),
+        "nan quantity": base.replace("multiplier,", "multiplier * jnp.nan,"),
+        "missing urgency": base.replace('"urgency": jnp.float32(0.0),', ""),
+    }
+    assert all(code != base for code in bad.values())
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = {name: pool.submit(validate, code, "profiling") for name, code in programs.items()}
+        jobs.update({name: pool.submit(validate, code, "profiling") for name, code in bad.items()})
+        verdicts = {name: job.result() for name, job in jobs.items()}
+    for name in programs:
+        assert verdicts[name].ok, (name, verdicts[name].reason)
+    expected = {
+        "past the end": "window_len must end inside the day",
+        "nan quantity": "quantity must be > 0, got nan",
+        "missing urgency": "missing keys ['urgency']",
+    }
+    for name, reason in expected.items():
+        assert verdicts[name].stage == "runtime" and reason in verdicts[name].reason, verdicts[name]
+
+    profile_fn = load_validated(programs["staggered_windows"], "profiling")
+    data = MarketData.from_episodes(cn_market.test)
+    static = EnvParams(data=data)
+    params = DynamicEnvParams.from_static(static, cn_market.stats, load_market_params(MARKET_YAML))
+    state = MultiAgentExecutionEnv(3, profile_fn=profile_fn).reset_state(jax.random.key(1), params)
+    assert np.asarray(state.profile.start).tolist() == [0, 60, 120]
+    assert np.asarray(state.profile.window_len).tolist() == [120, 120, 120]
+    assert int(state.clock) == 0 and int(state.end) == 240

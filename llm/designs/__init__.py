@@ -11,6 +11,8 @@ any model-written candidate).
 - :data:`llm.designs.networks.NETWORKS`: actor-critic ``Network`` modules.
 - :data:`llm.designs.imaginations.IMAGINATIONS`: ``imagine`` programs that turn a real
   training day into a new one (LLM4Imagine).
+- :data:`llm.designs.profiles.PROFILES`: ``profile`` programs that give each agent of the
+  multi-agent market its parent order (LLM4Profiling).
 
 Conventions the designer's mutations rely on (documented so new programs follow them):
 
@@ -36,8 +38,8 @@ class Design:
 
     Attributes:
         name: short identifier (``pa_penalty``).
-        kind: the slot, ``"reward"``, ``"network"`` or ``"imagination"`` (the
-            validator's ``kind``).
+        kind: the slot, ``"reward"``, ``"network"``, ``"imagination"`` or
+            ``"profiling"`` (the validator's ``kind``).
         code: the program's source (it starts with the comment ``# <name>: <summary>``).
     """
 
@@ -83,7 +85,7 @@ def library(kind: str) -> tuple[Design, ...]:
     """The library programs for a slot.
 
     Args:
-        kind: ``"reward"``, ``"network"`` or ``"imagination"``.
+        kind: ``"reward"``, ``"network"``, ``"imagination"`` or ``"profiling"``.
 
     Raises:
         ValueError: unknown kind.
@@ -100,8 +102,13 @@ def library(kind: str) -> tuple[Design, ...]:
         from llm.designs.imaginations import IMAGINATIONS
 
         return IMAGINATIONS
+    if kind == "profiling":
+        from llm.designs.profiles import PROFILES
+
+        return PROFILES
     raise ValueError(
-        f"no design library for kind {kind!r}; use 'reward', 'network' or 'imagination'"
+        f"no design library for kind {kind!r}; use 'reward', 'network', 'imagination' or "
+        f"'profiling'"
     )
 
 

@@ -43,8 +43,13 @@ DEFAULT_NETWORK = library("network")[0].code
 # the micro prompt shows and stage 2's run-time reference.
 DEFAULT_IMAGINATION = library("imagination")[0].code
 
+# The library's independent_days (every agent the single-agent task) is the profile
+# program stage 2 times candidates against.
+DEFAULT_PROFILE = library("profiling")[0].code
+
 DEFAULT_CODE = {
     "reward": DEFAULT_REWARD,
     "network": DEFAULT_NETWORK,
     "imagination": DEFAULT_IMAGINATION,
+    "profiling": DEFAULT_PROFILE,
 }

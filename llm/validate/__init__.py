@@ -1,4 +1,5 @@
-"""Two-stage validation of LLM-generated code for the reward, network and imagination slots.
+"""Two-stage validation of LLM-generated code for the reward, network, imagination and
+profiling slots.
 
 Stage 1 (:mod:`llm.validate.static`) parses the code and checks it against an AST
 allow-list and size limits, executing nothing. Stage 2 (:mod:`llm.validate.sandbox`)
@@ -22,10 +23,15 @@ instantiated as ``Network()``, whose ``apply(params, obs[..., D])`` returns
 ``def imagine(key, price, volume, params)`` returning ``(price [T], volume [T])``
 (:mod:`serl_jax.components.imagination`), tried on real training days and rejected when
 an imagined day is malformed or outside
-:class:`~serl_jax.components.imagination.ImaginationBounds` (naming the statistic).
+:class:`~serl_jax.components.imagination.ImaginationBounds` (naming the statistic);
+``kind="profiling"``: ``def profile(key, agent_index, n_agents, params)`` returning a dict
+of :class:`~serl_jax.components.profiling.AgentProfile`'s fields, drawn for 1 and 4
+agents on 64 keys and rejected when a draw is unusable
+(:func:`~serl_jax.components.profiling.check_profiles`: side, Q > 0, a non-empty window
+inside the day ...).
 
-Command line: ``python -m llm.validate --kind reward|network|imagination FILE [--json]`` (exit 0
-accepted, 1 rejected, 2 usage error, 3 sandbox error).
+Command line: ``python -m llm.validate --kind reward|network|imagination|profiling FILE
+[--json]`` (exit 0 accepted, 1 rejected, 2 usage error, 3 sandbox error).
 
 What is enforced, in short (details in each module): stage 1 allows only the listed
 imports and no dunder/private attributes, reflection builtins, frame/traceback
@@ -103,7 +109,7 @@ class ValidationResult:
 
 def validate(
     code: str,
-    kind: Literal["reward", "network", "imagination"],
+    kind: Literal["reward", "network", "imagination", "profiling"],
     *,
     limits: Limits | None = None,
     runtime: bool = True,
@@ -113,7 +119,8 @@ def validate(
 
     Args:
         code: the candidate's Python source.
-        kind: ``"reward"``, ``"network"`` or ``"imagination"`` (the slot it is meant for).
+        kind: ``"reward"``, ``"network"``, ``"imagination"`` or ``"profiling"`` (the slot
+            it is meant for).
         limits: size and resource limits (:class:`Limits` defaults when ``None``).
         runtime: run stage 2 (``False``: stage 1 only, e.g. for a quick pre-filter; a
             result with ``ok=True`` then means only "passed the static checks").
@@ -137,7 +144,9 @@ def validate(
     return ValidationResult(ok, None if ok else "runtime", reason)
 
 
-def load_validated(code: str, kind: Literal["reward", "network", "imagination"]) -> Any:
+def load_validated(
+    code: str, kind: Literal["reward", "network", "imagination", "profiling"]
+) -> Any:
     """Defines already-validated code in this process, in the same restricted globals.
 
     Runs stage 1 again (cheap) and refuses code that fails it; does not re-run stage 2,
@@ -146,11 +155,11 @@ def load_validated(code: str, kind: Literal["reward", "network", "imagination"])
 
     Args:
         code: the candidate's source, as validated.
-        kind: ``"reward"``, ``"network"`` or ``"imagination"``.
+        kind: ``"reward"``, ``"network"``, ``"imagination"`` or ``"profiling"``.
 
     Returns:
-        The ``reward`` or ``imagine`` function, or a ``Network()`` instance (a
-        ``flax.linen.Module``).
+        The ``reward``, ``imagine`` or ``profile`` function, or a ``Network()`` instance
+        (a ``flax.linen.Module``).
 
     Raises:
         StaticError: the code fails stage 1.

@@ -24,7 +24,9 @@ when the harness itself failed). Order of work:
    with ``jax.eval_shape`` on the real shapes, then runs it jitted on the real batch
    (reward: ``jit(vmap(reward))`` and a vmapped ``ExecutionEnv.step_env`` with it; network:
    ``init`` + ``apply``; imagination: ``jit(vmap(imagine))`` on the sample's training
-   days, then :func:`serl_jax.components.imagination.check_imagined_days`) and checks
+   days, then :func:`serl_jax.components.imagination.check_imagined_days`; profiling: the
+   program vmapped over agents and keys for 1 and 4 agents, then
+   :func:`serl_jax.components.profiling.check_profiles`) and checks
    shapes, dtypes, finiteness, the parameter count (from
    shapes, before allocating) and XLA's estimate of each compiled program's buffers
    (``Limits.max_program_bytes``, before running it).
@@ -265,6 +267,40 @@ def _imagination_trial(entry):
     return trial
 
 
+#: agent counts and keys a profile program is drawn for in its trial
+PROFILE_TRIAL_AGENTS = (1, 4)
+PROFILE_TRIAL_KEYS = 64
+
+
+def _profiling_trial(entry, params):
+    """The program drawn for every agent of :data:`PROFILE_TRIAL_AGENTS` on
+    :data:`PROFILE_TRIAL_KEYS` keys: one function of the keys returning, per agent count,
+    an ``AgentProfile`` with ``[keys, agents]`` leaves (unclipped)."""
+    import jax
+    import jax.numpy as jnp
+
+    from serl_jax.components.profiling import as_profile
+
+    def trial(keys):
+        draws = []
+        for n in PROFILE_TRIAL_AGENTS:
+
+            def per_key(key, n=n):
+                agents = jnp.arange(n, dtype=jnp.int32)
+                return jax.vmap(lambda i: as_profile(entry(key, i, n, params)))(agents)
+
+            draws.append(jax.vmap(per_key)(keys))
+        return tuple(draws)
+
+    return trial
+
+
+def _profile_params(params):
+    """The trial's environment parameters: the US sample's, with random windows (what a
+    profile may read: side, quantity range, window lengths, ``data.num_slots``)."""
+    return params.replace(random_window=True)
+
+
 def _compile(fn, max_bytes: int, *args):
     """Jits and compiles ``fn`` for ``args``; refuses programs whose buffers exceed
     ``max_bytes`` (XLA's own estimate of temporaries + outputs, before anything runs)."""
@@ -352,6 +388,10 @@ def _default_program(kind: str, env, params, prev, action, nxt, obs):
     elif kind == "imagination":
         args = _trial_days()
         program = jax.jit(_imagination_trial(entry)).lower(*args).compile()
+    elif kind == "profiling":
+        args = (jax.random.split(jax.random.PRNGKey(2), PROFILE_TRIAL_KEYS),)
+        trial = _profiling_trial(entry, _profile_params(params))
+        program = jax.jit(trial).lower(*args).compile()
     else:
         module = entry()  # zero parameters: the values do not change the run time
         shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0), obs)
@@ -447,6 +487,27 @@ def _check_imagination(entry, bounds: dict, max_bytes: int):
     return note, lambda: program(keys, price, volume, mean_minute)
 
 
+def _check_profiling(entry, params, max_bytes: int):
+    """Checks a profile program; returns ``(note, run)``."""
+    import jax
+
+    from serl_jax.components.profiling import check_profiles
+
+    params = _profile_params(params)
+    keys = jax.random.split(jax.random.PRNGKey(2), PROFILE_TRIAL_KEYS)
+    trial = _profiling_trial(entry, params)
+    jax.eval_shape(trial, keys)  # shapes and dict keys before anything runs
+    program = _compile(trial, max_bytes, keys)
+    n_slots = params.data.num_slots
+    for n, draws in zip(PROFILE_TRIAL_AGENTS, program(keys), strict=True):
+        reason = check_profiles(jax.device_get(draws), n_slots)
+        if reason is not None:
+            raise ValueError(f"with {n} agent(s): {reason}")
+    agents = " and ".join(str(n) for n in PROFILE_TRIAL_AGENTS)
+    note = f"usable profiles for {agents} agents on {PROFILE_TRIAL_KEYS} keys"
+    return note, lambda: program(keys)
+
+
 def run(request: dict, ready=lambda: None) -> dict:
     """Runs stage 2 in this (already resource-limited) process.
 
@@ -486,6 +547,8 @@ def run(request: dict, ready=lambda: None) -> dict:
             detail = f"{form}, jit+vmap, finite on {action.shape[0]} real transitions"
         elif kind == "imagination":
             detail, program = _check_imagination(entry, request.get("bounds", {}), max_bytes)
+        elif kind == "profiling":
+            detail, program = _check_profiling(entry, params, max_bytes)
         else:
             max_params = int(limits.get("max_params", 1_000_000))
             detail, program = _check_network(entry, obs, max_params, max_bytes)

@@ -147,7 +147,8 @@ def define(code: str, kind: str) -> Any:
     Args:
         code: candidate source.
         kind: ``"reward"`` (returns the ``reward`` function), ``"imagination"`` (the
-            ``imagine`` function) or ``"network"`` (the ``Network`` class).
+            ``imagine`` function), ``"profiling"`` (the ``profile`` function) or
+            ``"network"`` (the ``Network`` class).
 
     Returns:
         The entry point object.
@@ -172,8 +173,9 @@ def exec_entry_point(source: str | ast.Module, kind: str) -> Any:
     """
     namespace = restricted_globals()
     exec(compile(source, CANDIDATE_FILENAME, "exec"), namespace)  # noqa: S102
-    if kind in ("reward", "imagination"):
-        name = "reward" if kind == "reward" else "imagine"
+    functions = {"reward": "reward", "imagination": "imagine", "profiling": "profile"}
+    if kind in functions:
+        name = functions[kind]
         entry = namespace.get(name)
         if not isinstance(entry, types.FunctionType):
             raise TypeError(f"'{name}' is not a function")

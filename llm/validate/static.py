@@ -43,7 +43,8 @@ The code is parsed with :mod:`ast` and walked against an allow-list. What is enf
   ``class Network`` whose bases include ``nn.Module`` / ``linen.Module`` / ``Module``; it
   is instantiated as ``Network()``, so every field needs a default. ``kind="imagination"``:
   a top-level ``def imagine(key, price, volume, params)`` with exactly those four
-  positional parameters.
+  positional parameters. ``kind="profiling"``: a top-level ``def profile(key,
+  agent_index, n_agents, params)``, likewise.
 
 What is not enforced here: anything about values (shapes, finiteness, run time, memory);
 those are stage 2's job (:mod:`llm.validate.sandbox`). A static allow-list over Python is
@@ -59,8 +60,8 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["reward", "network", "imagination"]
-KINDS: tuple[str, ...] = ("reward", "network", "imagination")
+Kind = Literal["reward", "network", "imagination", "profiling"]
+KINDS: tuple[str, ...] = ("reward", "network", "imagination", "profiling")
 
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     {"jax", "jax.numpy", "jax.nn", "jax.lax", "flax.linen", "math", "functools"}
@@ -403,6 +404,7 @@ def _is_module_base(base: ast.expr) -> bool:
 _FUNCTION_ENTRY_POINTS = {
     "reward": ("reward", "prev_state, action, next_state, params"),
     "imagination": ("imagine", "key, price, volume, params"),
+    "profiling": ("profile", "key, agent_index, n_agents, params"),
 }
 
 
