@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,24 +124,116 @@ def _signal_errors(algorithm: str, seeds: int = 4) -> np.ndarray:
 
 @pytest.mark.slow
 def test_mappo_learns_a_cooperative_task_faster_than_ippo():
-    """Same budget, same seeds (4): MAPPO's policy is closer to the optimum on each seed
-    (with 6 seeds its error was 0.2-0.8 of IPPO's when this test was written)."""
-    ippo, mappo = _signal_errors("ippo"), _signal_errors("mappo")
+    """Same budget, same 8 seeds: MAPPO's policy ends closer to the optimum, by its mean
+    error (below 0.7 of IPPO's; 0.43 when this test was written) and on at least 6 of the
+    8 seeds (7 then)."""
+    ippo, mappo = _signal_errors("ippo", 8), _signal_errors("mappo", 8)
+    assert mappo.mean() < 0.7 * ippo.mean(), (ippo, mappo)
+    assert (mappo < ippo).sum() >= 6, (ippo, mappo)
     signal = jax.random.normal(jax.random.key(9), (4096,))
     untrained = float(np.mean((0.5 - jax.nn.sigmoid(signal)) ** 2))  # a = 1/2 everywhere
-    assert (mappo < ippo).all(), (ippo, mappo)
-    assert np.mean(mappo) < 0.5 * untrained, (mappo, untrained)
+    assert mappo.mean() < 0.5 * untrained, (mappo, untrained)
+
+
+# ------------------------------------------------------------ a message that relays a signal
+
+
+@struct.dataclass
+class RelayState:
+    signal: jax.Array  # float32
+    step: jax.Array  # int32, 0 or 1
+
+
+class SignalRelayEnv:
+    """Two-step team episodes: agent 0 sees a private signal ``s ~ N(0, 1)`` (agent 1 sees
+    0); at the second step agent 1 should trade ``a = sigmoid(s)``, and the team's reward
+    is then ``-4 (a_1 - sigmoid(s))^2``. Agent 1 can learn ``s`` only from agent 0's
+    message of the first step."""
+
+    num_agents = 2
+
+    def observation_size(self, params) -> int:
+        return 3
+
+    def _obs(self, state):
+        seen = jnp.stack([state.signal, jnp.float32(0.0)])
+        step = jnp.full((2,), state.step, jnp.float32)
+        return jnp.stack([seen, step, jnp.ones(2)], axis=-1)
+
+    def reset(self, key, params):
+        state = RelayState(jax.random.normal(key), jnp.int32(0))
+        return self._obs(state), state
+
+    def step(self, key, state, actions, params):
+        last = state.step == 1
+        error = (actions[1] - jax.nn.sigmoid(state.signal)) ** 2
+        team = jnp.where(last, -4.0 * error, 0.0)
+        _, fresh = self.reset(key, params)
+        going = RelayState(state.signal, state.step + 1)
+        state = jax.tree.map(lambda a, b: jnp.where(last, a, b), fresh, going)
+        done = jnp.full((2,), last)
+        info = {
+            "team_reward": team,
+            "order_pa": jnp.full((2,), jnp.where(last, -error, 0.0)),
+            "episode_done": last,
+        }
+        return self._obs(state), state, jnp.full((2,), team), done, jnp.zeros_like(done), info
+
+
+class Message(nn.Module):
+    """A 4-number message of an agent's observation."""
+
+    @nn.compact
+    def __call__(self, obs):
+        return nn.tanh(nn.Dense(4)(obs))
+
+
+def _relay_errors(communication) -> np.ndarray:
+    """Per seed (3, vmapped), agent 1's mean squared error over the last 10 updates."""
+    config = PPOConfig(
+        num_envs=64,
+        num_steps=4,
+        total_timesteps=64 * 4 * 80,
+        update_epochs=4,
+        num_minibatches=4,
+        lr=3e-3,
+        ent_coef=0.0,
+        group_size=1,
+    )
+    trainer = make_marl_trainer(
+        config,
+        MARLConfig("ippo", team_reward=True),
+        SignalRelayEnv(),
+        None,
+        make_network((32, 32)),
+        communication=communication,
+    )
+    keys = jax.random.split(jax.random.key(0), 3)
+    metrics = jax.jit(jax.vmap(trainer.train))(keys)["metrics"]
+    return -np.asarray(metrics["order_pa"])[:, -10:].mean(axis=1)
+
+
+@pytest.mark.slow
+def test_a_message_carrying_a_private_signal_helps():
+    """With a message module agent 1 learns the signal only agent 0 sees; without one it
+    cannot beat guessing (no policy without ``s`` does better than ``var(sigmoid(s))``,
+    about 0.043). Same budget and seeds: with messages the error is below a fifth of the
+    error without on every seed (0.042-0.045 without, 0.0001-0.0002 with, when written)."""
+    silent, talking = _relay_errors(None), _relay_errors(Message())
+    assert (silent > 0.035).all(), silent
+    assert (talking < 0.2 * silent).all(), (silent, talking)
 
 
 # ------------------------------------------------------------ the execution env
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
-def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm):
+@pytest.mark.parametrize("algorithm, talking", [("ippo", False), ("mappo", True)])
+def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm, talking):
     """Two agents, agent 1 waiting for its window (minutes 5-14) while agent 0 trades
-    minutes 0-9: one update of each algorithm runs, trains only on the steps each agent
-    took (active share 20 of 30 agent-steps) and finishes both agents' orders."""
+    minutes 0-9: one update of each algorithm (MAPPO with messages) runs, trains only on
+    the steps each agent took (active share 20 of 30 agent-steps) and finishes both
+    agents' orders."""
     data = jax.tree.map(lambda x: x[np.asarray([0, 10])], MarketData.from_episodes(cn_market.test))
     static = EnvParams(data=data)
     params = DynamicEnvParams.from_static(static, cn_market.stats, load_market_params(MARKET_YAML))
@@ -159,7 +252,13 @@ def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm
         num_envs=4, num_steps=15, total_timesteps=60, num_minibatches=2, group_size=2
     )
     trainer = make_marl_trainer(
-        config, MARLConfig(algorithm), env, params, make_network((16,)), twap_action_prior
+        config,
+        MARLConfig(algorithm),
+        env,
+        params,
+        make_network((16,)),
+        twap_action_prior,
+        communication=Message() if talking else None,
     )
     out = jax.jit(trainer.train)(jax.random.key(0))
     metrics = jax.tree.map(lambda x: np.asarray(x)[-1], out["metrics"])

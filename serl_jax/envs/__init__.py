@@ -10,7 +10,6 @@ from serl_jax.envs.execution import (
     twap_action_prior,
 )
 from serl_jax.envs.market_data import MarketData
-from serl_jax.envs.multi_agent import MultiAgentExecutionEnv, MultiAgentState
 from serl_jax.envs.reference import NumpyExecutionEnv
 
 __all__ = [
@@ -18,8 +17,6 @@ __all__ = [
     "EnvState",
     "ExecutionEnv",
     "MarketData",
-    "MultiAgentExecutionEnv",
-    "MultiAgentState",
     "NumpyExecutionEnv",
     "default_reward",
     "order_price_advantage",

@@ -15,6 +15,15 @@ parallel markets):
   gives each agent's value; the actor stays decentralized (its own observation only), so
   the trained policy runs without the others' observations.
 
+Communication (LLM4Communication's slot): with a ``communication`` module
+``message(obs [..., D]) -> m [..., M]``, each agent sends the message of its
+(normalized) observation, and at the next step every agent's policy input gets the mean
+of the other agents' messages appended (zeros at an episode's first step). The
+transition keeps the senders' observations, so the loss recomputes the messages and the
+policy gradient trains the message module through the receivers (one step of
+differentiable communication, as DIAL: Foerster et al. 2016, "Learning to Communicate
+with Deep Multi-Agent Reinforcement Learning").
+
 GAE (:func:`~serl_jax.rl.ppo.calculate_gae`) runs per agent. Steps an agent did not take
 (``info["active"]`` false: outside its window) are masked out of the loss, and their
 ``done`` is set so no advantage leaks across them. With ``MARLConfig.team_reward`` every
@@ -113,9 +122,20 @@ def joint_observation(obs: jnp.ndarray) -> jnp.ndarray:
     return jnp.concatenate([joint, ids], axis=-1)
 
 
+def received_messages(communication: nn.Module, params, senders: jnp.ndarray) -> jnp.ndarray:
+    """``[..., N, D]`` senders' observations -> ``[..., N, M]``: for each agent the mean
+    of the other agents' messages (0 for a single agent)."""
+    messages = communication.apply(params, senders)
+    n_agents = senders.shape[-2]
+    total = messages.sum(axis=-2, keepdims=True)
+    return (total - messages) / max(n_agents - 1, 1)
+
+
 class MATransition(NamedTuple):
     """One step of a multi-agent rollout (``[num_steps, E, N]`` leading axes once
-    stacked; flattened to ``[num_steps, E * N]`` for the minibatches)."""
+    stacked; flattened to ``[num_steps, E * N]`` for the minibatches). ``senders`` holds,
+    per agent, every agent's observation of the step before (the messages it receives;
+    one zero column without communication)."""
 
     done: jnp.ndarray
     mask: jnp.ndarray
@@ -125,6 +145,7 @@ class MATransition(NamedTuple):
     log_prob: jnp.ndarray
     obs: jnp.ndarray
     joint: jnp.ndarray
+    senders: jnp.ndarray
     prior_logit: jnp.ndarray
 
 
@@ -141,6 +162,7 @@ class MARunnerState(NamedTuple):
     env_state: Any
     obs: jnp.ndarray
     observing: jnp.ndarray
+    senders: jnp.ndarray
     obs_stats: RunningStats
     episode_return: jnp.ndarray
     key: jax.Array
@@ -159,6 +181,7 @@ def make_marl_trainer(
     env_params,
     network: nn.Module,
     action_prior: ActionPrior = no_action_prior,
+    communication: nn.Module | None = None,
 ) -> Trainer:
     """Builds IPPO or MAPPO for a multi-agent environment.
 
@@ -172,12 +195,15 @@ def make_marl_trainer(
             actions [N], params) -> (obs [N, D], state, reward [N], terminated [N],
             truncated [N], info)``; ``info`` may have ``active`` ``bool[N]`` (steps to
             learn from; all if absent), ``observing`` ``bool[N]`` (observations to
-            normalize with), ``order_pa`` ``float32[N]`` (bps, for the metrics) and, with
-            ``marl.team_reward``, ``team_reward`` ``float32``.
+            normalize with), ``order_pa`` ``float32[N]`` (bps, for the metrics),
+            ``episode_done`` ``bool`` (the episode reset; else when every agent is
+            done) and, with ``marl.team_reward``, ``team_reward`` ``float32``.
         env_params: its parameters.
         network: the network slot (shared by the agents; its input is an agent's
-            observation with its one-hot index, ``D + N``).
+            observation, its one-hot index and the received messages, ``D + N + M``).
         action_prior: raw agent observation ``[..., D]`` -> reference action logit.
+        communication: the communication slot, a flax module ``[..., D] -> [..., M]``
+            (module docstring), trained with the policy; None: no messages.
 
     Returns:
         A :class:`~serl_jax.rl.ppo.Trainer`. Per-update metrics (float32 scalars):
@@ -194,9 +220,24 @@ def make_marl_trainer(
     step_batch = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     reset_batch = jax.vmap(env.reset, in_axes=(0, None))
 
-    def evaluate(params, x):
-        """Policy outputs, value and the critic's input for normalized obs ``[..., N, D]``."""
-        logits, local_value = network.apply(params["actor"], with_agent_ids(x))
+    message_size = 0
+    if communication is not None:
+        probe = jax.ShapeDtypeStruct((obs_size,), jnp.float32)
+        shapes = jax.eval_shape(communication.init, jax.random.PRNGKey(0), probe)
+        message_size = jax.eval_shape(communication.apply, shapes, probe).shape[-1]
+
+    def actor_inputs(params, x, senders):
+        """``[..., N, D + N (+ M)]``: observations, agent ids and received messages."""
+        inputs = with_agent_ids(x)
+        if communication is None:
+            return inputs
+        received = received_messages(communication, params["communication"], senders)
+        return jnp.concatenate([inputs, received], axis=-1)
+
+    def evaluate(params, x, senders):
+        """Policy outputs, value and the critic's input for normalized obs ``[..., N, D]``
+        and the senders' observations of the step before."""
+        logits, local_value = network.apply(params["actor"], actor_inputs(params, x, senders))
         if not central:  # no critic input to keep (one zero column: shapes stay non-empty)
             return logits, local_value, jnp.zeros(x.shape[:-1] + (1,), x.dtype)
         joint = joint_observation(x)
@@ -206,8 +247,12 @@ def make_marl_trainer(
         return stats.normalize(obs) if config.normalize_obs else obs
 
     def init(key: jax.Array) -> MARunnerState:
-        key, key_actor, key_critic, key_env = jax.random.split(key, 4)
-        params = {"actor": network.init(key_actor, jnp.zeros((obs_size + n_agents,), jnp.float32))}
+        key, key_actor, key_critic, key_comm, key_env = jax.random.split(key, 5)
+        actor_size = obs_size + n_agents + message_size
+        params = {"actor": network.init(key_actor, jnp.zeros((actor_size,), jnp.float32))}
+        if communication is not None:
+            probe = jnp.zeros((obs_size,), jnp.float32)
+            params["communication"] = communication.init(key_comm, probe)
         if central:
             joint_size = n_agents * obs_size + n_agents
             params["critic"] = critic.init(key_critic, jnp.zeros((joint_size,), jnp.float32))
@@ -219,16 +264,17 @@ def make_marl_trainer(
             obs.reshape(-1, obs_size), observing.reshape(-1)
         )
         zeros = jnp.zeros((config.num_envs, n_agents), jnp.float32)
-        return MARunnerState(train_state, env_state, obs, observing, stats, zeros, key)
+        senders = jnp.zeros_like(obs)  # nothing was said before the first step
+        return MARunnerState(train_state, env_state, obs, observing, senders, stats, zeros, key)
 
     def rollout(runner: MARunnerState):
         params = runner.train_state.params
 
         def _env_step(carry, _):
-            env_state, obs, observing, stats, episode_return, key = carry
+            env_state, obs, observing, senders, stats, episode_return, key = carry
             key, key_act, key_step = jax.random.split(key, 3)
             x = normalize(stats, obs)
-            logits, value, joint = evaluate(params, x)
+            logits, value, joint = evaluate(params, x, senders)
             prior_logit = action_prior(obs)
             dist = LogitNormal.from_logits(logits, prior_logit)
             action = dist.sample(key_act)
@@ -241,12 +287,19 @@ def make_marl_trainer(
             if marl.team_reward:
                 reward = jnp.broadcast_to(info["team_reward"][:, None], reward.shape)
             ended = jnp.logical_and(jnp.logical_or(terminated, truncated), active)
+            episode_done = info.get("episode_done", jnp.logical_or(terminated, truncated).all(-1))
             # an inactive step ends the chain: no advantage flows across it
             done = jnp.logical_or(ended, ~active)
             if config.normalize_obs:
                 stats = stats.update(next_obs.reshape(-1, obs_size), next_observing.reshape(-1))
             episode_return = episode_return + jnp.where(active, reward, 0.0)
             order_pa = info.get("order_pa", jnp.zeros_like(reward))
+            if communication is None:
+                kept_senders = jnp.zeros(x.shape[:-1] + (1,), x.dtype)
+            else:  # every agent's row keeps all senders: [E, N, N, D]
+                kept_senders = jnp.broadcast_to(
+                    senders[:, None], (*x.shape[:2], *senders.shape[1:])
+                )
             transition = MATransition(
                 done=done,
                 mask=active,
@@ -256,17 +309,23 @@ def make_marl_trainer(
                 log_prob=dist.log_prob(action),
                 obs=x,
                 joint=joint,
+                senders=kept_senders,
                 prior_logit=prior_logit,
             )
             finished = (ended, episode_return, order_pa)
             episode_return = jnp.where(ended, 0.0, episode_return)
-            carry = (env_state, next_obs, next_observing, stats, episode_return, key)
+            # what was observed now is said at the next step, unless the episode reset
+            next_senders = jnp.where(episode_done[:, None, None], 0.0, x)
+            carry = (
+                env_state, next_obs, next_observing, next_senders, stats, episode_return, key
+            )  # fmt: skip
             return carry, (transition, finished)
 
         carry = (
             runner.env_state,
             runner.obs,
             runner.observing,
+            runner.senders,
             runner.obs_stats,
             runner.episode_return,
             runner.key,
@@ -274,8 +333,8 @@ def make_marl_trainer(
         carry, (traj, (ended, returns, order_pa)) = jax.lax.scan(
             _env_step, carry, None, config.num_steps
         )
-        env_state, obs, observing, stats, episode_return, key = carry
-        _, last_value, _ = evaluate(params, normalize(stats, obs))
+        env_state, obs, observing, senders, stats, episode_return, key = carry
+        _, last_value, _ = evaluate(params, normalize(stats, obs), senders)
         advantages = calculate_gae(
             traj.reward, traj.value, traj.done, last_value, config.gamma, config.gae_lambda
         )
@@ -299,6 +358,7 @@ def make_marl_trainer(
             env_state=env_state,
             obs=obs,
             observing=observing,
+            senders=senders,
             obs_stats=stats,
             episode_return=episode_return,
             key=key,
@@ -336,8 +396,16 @@ def make_marl_trainer(
 
     def evaluate_flat(params, t: MATransition):
         """Policy outputs and values of flat minibatch rows (``t.obs`` ``[B, D + N]``, the
-        normalized observations with the agent ids appended; ``t.joint`` the critic's)."""
-        logits, local_value = network.apply(params["actor"], t.obs)
+        normalized observations with the agent ids appended; ``t.senders`` ``[B, N, D]``
+        the messages' sources; ``t.joint`` the critic's input)."""
+        inputs = t.obs
+        if communication is not None:
+            own = t.obs[..., -n_agents:]  # the row's one-hot agent index
+            messages = communication.apply(params["communication"], t.senders)  # [B, N, M]
+            others = messages.sum(axis=-2) - (own[..., None] * messages).sum(axis=-2)
+            received = others / max(n_agents - 1, 1)
+            inputs = jnp.concatenate([inputs, received], axis=-1)
+        logits, local_value = network.apply(params["actor"], inputs)
         if not central:
             return logits, local_value
         return logits, critic.apply(params["critic"], t.joint)
