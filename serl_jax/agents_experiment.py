@@ -54,6 +54,7 @@ class TrainedAgents:
         curves: per-update training metrics, each ``[num_seeds, num_updates]``.
         compile_seconds, train_seconds: compiling, and running the updates of all seeds.
         env_steps: market minutes simulated over all seeds (agent steps: times N).
+        communication: the communication module trained with the policy, or None.
     """
 
     network: Any
@@ -65,6 +66,7 @@ class TrainedAgents:
     compile_seconds: float
     train_seconds: float
     env_steps: int
+    communication: Any = None
 
 
 def make_agents_env(cfg: Config, profile_fn: Callable | None = None) -> MultiAgentExecutionEnv:
@@ -92,6 +94,7 @@ def train_agents(
     val_params: DynamicEnvParams,
     progress: bool = True,
     description: str = "agents",
+    communication: Any = None,
 ) -> TrainedAgents:
     """Trains ``cfg.run.num_seeds`` seeds of ``cfg.marl.algorithm`` (vmapped, one program)
     on the training days and keeps the best on validation days.
@@ -104,6 +107,8 @@ def train_agents(
             validation days.
         progress: print one line before and after training (stderr).
         description: the line's label.
+        communication: a validated communication module (``Communication()``), trained
+            with the policy; None: no messages.
 
     Returns:
         A :class:`TrainedAgents`.
@@ -111,7 +116,7 @@ def train_agents(
     network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
     prior = cfg.network.prior()
     trainer = make_marl_trainer(
-        cfg.ppo, cfg.marl.trainer_config(), env, train_params, network, prior
+        cfg.ppo, cfg.marl.trainer_config(), env, train_params, network, prior, communication
     )
     keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
     train = jax.jit(jax.vmap(trainer.train))
@@ -125,7 +130,7 @@ def train_agents(
     train_seconds = time.perf_counter() - t0
     runner = out["runner_state"]
     params = PPOPolicyParams(params=runner.train_state.params, obs_stats=runner.obs_stats)
-    policy = make_marl_policy(network, cfg.ppo.normalize_obs, prior)
+    policy = make_marl_policy(network, cfg.ppo.normalize_obs, prior, communication)
     val_key = jax.random.PRNGKey(cfg.run.seed)
 
     def validation(seed_params):
@@ -156,6 +161,7 @@ def train_agents(
         compile_seconds=compile_seconds,
         train_seconds=train_seconds,
         env_steps=cfg.ppo.num_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * cfg.run.num_seeds,
+        communication=communication,
     )
 
 

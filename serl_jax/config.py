@@ -478,6 +478,10 @@ class MarlConfig:
             :mod:`serl_jax.components.profiling`): a name of the offline designer's
             library (``llm.designs.profiles``) or a path to a ``.py`` file, validated like
             any candidate before the run. Empty: every agent the single-agent draw.
+        communication: the agents' communication module (LLM4Communication,
+            :mod:`serl_jax.components.communication`): a library name
+            (``llm.designs.communications``) or a ``.py`` file, validated before the run
+            (``--comm`` without one: ``linear_message``). Empty: no messages.
     """
 
     agents: int = 1
@@ -485,6 +489,7 @@ class MarlConfig:
     scenario: str = "independent"
     critic_hidden_sizes: tuple[int, ...] = (128, 128)
     profile: str = ""
+    communication: str = ""
 
     def __post_init__(self):
         if self.agents < 1:

@@ -188,17 +188,17 @@ class MultiAgentRollout(NamedTuple):
 
 def per_agent_policy(env, policy: Policy) -> Policy:
     """A single-agent policy (a baseline) acting for every agent of a
-    :class:`~serl_jax.envs.multi_agent.MultiAgentExecutionEnv`: ``policy(policy_params,
-    key, obs [N, D], state, env_params) -> float32[N]``, agent i's action from its own
+    :class:`~serl_jax.envs.multi_agent.MultiAgentExecutionEnv`, as a multi-agent policy of
+    :func:`multi_agent_rollout` (``memory`` passed through): agent i's action from its own
     observation, its single-agent view of the state and its side (``env.agent_view``)."""
 
-    def multi(policy_params, key, obs, state, env_params):
+    def multi(policy_params, key, obs, state, env_params, memory):
         def one(agent, profile, agent_obs, agent_key):
             view, agent_params = env.agent_view(agent, profile, state, env_params)
             return policy(policy_params, agent_key, agent_obs, view, agent_params)
 
         keys = jax.random.split(key, env.num_agents)
-        return jax.vmap(one)(state.agents, state.profile, obs, keys)
+        return jax.vmap(one)(state.agents, state.profile, obs, keys), memory
 
     return multi
 
@@ -219,8 +219,11 @@ def multi_agent_rollout(
 
     Args:
         env: a :class:`~serl_jax.envs.multi_agent.MultiAgentExecutionEnv` (static).
-        policy: ``policy(policy_params, key, obs [N, D], state, env_params) -> [N]``
-            (static; :func:`per_agent_policy` lifts a single-agent one).
+        policy: ``policy(policy_params, key, obs [N, D], state, env_params, memory) ->
+            (actions [N], memory)`` (static; :func:`per_agent_policy` lifts a
+            single-agent one). ``memory`` is what the policy carries from one minute to
+            the next (e.g. the observations its agents' messages are made of), zeros
+            shaped like ``obs`` at the day's first minute.
         policy_params: pytree passed to the policy.
         env_params: :class:`~serl_jax.envs.dynamic.DynamicEnvParams` over E days of T
             slots.
@@ -234,17 +237,19 @@ def multi_agent_rollout(
 
     def one_day(episode, key):
         state = env.init_state(order_params, episode, key)
+        memory = jnp.zeros_like(env.get_obs(state, env_params))
 
-        def body(state, step_key):
+        def body(carry, step_key):
+            state, memory = carry
             key_act, key_env = jax.random.split(step_key)
             obs = env.get_obs(state, env_params)
-            actions = policy(policy_params, key_act, obs, state, env_params)
+            actions, memory = policy(policy_params, key_act, obs, state, env_params, memory)
             _, next_state, reward, _, info = env.step_env(key_env, state, actions, env_params)
             replayed = info["exec_qty"] * next_state.agents.last_replayed_price
-            return next_state, (info["exec_qty"], replayed, reward)
+            return (next_state, memory), (info["exec_qty"], replayed, reward)
 
-        final, (exec_qty, replayed, reward) = jax.lax.scan(
-            body, state, jax.random.split(key, n_slots)
+        (final, _), (exec_qty, replayed, reward) = jax.lax.scan(
+            body, (state, memory), jax.random.split(key, n_slots)
         )
         agents = final.agents
         return MultiAgentRollout(

@@ -26,6 +26,10 @@ scores its candidates in the static market.)::
         <market>/{training_curve, trajectories, pa_distribution}.png
 
 That folder is assembled under ``runs/.<name>.incomplete`` and renamed when complete.
+With ``--agents N`` (N > 1) it trains N agents with IPPO or MAPPO in the dynamic market
+instead (:mod:`serl_jax.agents_experiment`; ``marl.profile`` and ``--comm`` /
+``marl.communication`` name validated profile and communication programs) and reports
+each agent and the team against TWAP and TWAP-POV.
 
 Usage::
 
@@ -36,6 +40,8 @@ Usage::
                              [--env static|dynamic|hybrid]
                              [--data PATH] [--out DIR] [--seed N] [--quiet]
                              [section.key=value ...]
+    python -m serl_jax.train --llm none --agents N [--marl ippo|mappo]
+                             [--scenario independent|team] [--comm] [...]
     python -m serl_jax.train --resume RUN_DIR [--quiet]
 
 Exit codes: 0 done; 2 bad input (config, data, backend spec, run folder); 3 the designer
@@ -45,6 +51,7 @@ failed mid-run (the run folder is resumable).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -381,6 +388,7 @@ def run_agents_market(
     out_dir: Path,
     progress: bool,
     profile_fn: Callable | None = None,
+    communication: Any = None,
 ) -> tuple[dict[str, Any], dict[tuple[str, str], ExecutionMetrics]]:
     """Trains ``cfg.marl.agents`` agents on one market, scores them on test days against
     every agent running TWAP, and writes the checkpoint into ``out_dir``.
@@ -398,9 +406,11 @@ def run_agents_market(
         for split in ("train", "val", "test")
     }  # fmt: skip
     label = f"{cfg.marl.algorithm.upper()} {splits.name}"
-    trained = train_agents(cfg, env, params["train"], params["val"], progress, label)
-    name = f"PPO-{cfg.marl.algorithm}"
-    policy = make_marl_policy(trained.network, cfg.ppo.normalize_obs, cfg.network.prior())
+    trained = train_agents(cfg, env, params["train"], params["val"], progress, label, communication)
+    name = f"PPO-{cfg.marl.algorithm}" + ("-comm" if communication is not None else "")
+    policy = make_marl_policy(
+        trained.network, cfg.ppo.normalize_obs, cfg.network.prior(), communication
+    )
     evaluated = evaluate_agents(cfg, env, params["test"], {name: (policy, trained.policy_params)})
     save_policy(
         out_dir / "checkpoint",
@@ -411,6 +421,7 @@ def run_agents_market(
             "market": splits.name,
             "market_mode": "dynamic",
             "agents": cfg.marl.agents,
+            "communication": cfg.marl.communication,
             "selected_seed": trained.selected_seed,
             "feature_names": list(splits.train.feature_names),
         },
@@ -430,6 +441,9 @@ def train_agents_markets(cfg: Config, config_name: str, quiet: bool) -> int:
     --agents N``), in the dynamic market; the run folder as :func:`train_ppo`'s."""
     try:
         _, profile_fn = validated_program(cfg.marl.profile, "profiling", "marl.profile")
+        _, communication = validated_program(
+            cfg.marl.communication, "communication", "marl.communication"
+        )
     except (ValueError, SandboxError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -451,8 +465,9 @@ def train_agents_markets(cfg: Config, config_name: str, quiet: bool) -> int:
         if not quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
         entry, rows = run_agents_market(
-            cfg, market_params, splits, staging / splits.name, not quiet, profile_fn
-        )
+            cfg, market_params, splits, staging / splits.name, not quiet, profile_fn,
+            communication,
+        )  # fmt: skip
         report["markets"][splits.name] = entry
         table_rows.update(rows)
     table = format_table(table_rows)
@@ -615,6 +630,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=["independent", "team"],
         help="agents with their own parent orders, or one shared (default: marl.scenario)",
     )
+    parser.add_argument(
+        "--comm",
+        action="store_true",
+        help="the agents send messages (marl.communication; default program linear_message)",
+    )
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue an SE-RL run folder")
     parser.add_argument("--data", help="one dataset (folder or file) instead of the samples")
     parser.add_argument("--out", help="parent folder of run folders (default: run.out)")
@@ -659,6 +679,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.comm and not cfg.marl.communication:
+        cfg = dataclasses.replace(
+            cfg, marl=dataclasses.replace(cfg.marl, communication=library("communication")[0].name)
+        )
     config_name = Path(args.config).stem if args.config else "default"
     share_accelerator(cfg)
     if cfg.loop.llm.strip().lower() == "none":

@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from flax.serialization import msgpack_restore
 
 from serl_jax import train
 from serl_jax.baselines import twap_policy
@@ -74,27 +75,28 @@ def test_team_outcomes_pool_the_agents_fills(params):
 
 @pytest.mark.slow
 def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
-    """``--llm none --agents 2 --marl mappo --scenario team`` on the US sample (tiny):
-    metrics.json holds 2 agent entries (TWAP, TWAP-POV and PPO-mappo, each with its
-    impact), the team's metrics and the spread; the table has a row per agent and team."""
+    """``--llm none --agents 2 --marl mappo --scenario team --comm`` on the US sample
+    (tiny): metrics.json holds 2 agent entries (TWAP, TWAP-POV and PPO-mappo-comm, each
+    with its impact), the team's metrics and the spread; the table has a row per agent
+    and team; the checkpoint keeps the message module's parameters."""
     code = train.main(
         ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min",
-         "--llm", "none", "--agents", "2", "--marl", "mappo", "--scenario", "team"]
+         "--llm", "none", "--agents", "2", "--marl", "mappo", "--scenario", "team", "--comm"]
     )  # fmt: skip
     assert code == 0
     (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     entry = json.loads((run_dir / "metrics.json").read_text())["markets"]["us_1min"]
-    names = {"TWAP", "TWAP-POV", "PPO-mappo"}
+    names = {"TWAP", "TWAP-POV", "PPO-mappo-comm"}
     assert entry["agents_setup"] == {
         "agents": 2, "algorithm": "mappo", "scenario": "team", "test_days": 4
     }  # fmt: skip
     assert [a["agent"] for a in entry["agents"]] == [0, 1]
     for agent in entry["agents"]:
         assert agent["side"] == 1.0 and set(agent["policies"]) == names
-        assert agent["policies"]["PPO-mappo"]["n_orders"] == 4
-        assert agent["policies"]["PPO-mappo"]["vs_TWAP"] is not None
+        assert agent["policies"]["PPO-mappo-comm"]["n_orders"] == 4
+        assert agent["policies"]["PPO-mappo-comm"]["vs_TWAP"] is not None
         assert set(agent["impact_bps"]) == names
-        assert set(agent["vs_TWAP_POV"]) == {"PPO-mappo"}
+        assert set(agent["vs_TWAP_POV"]) == {"PPO-mappo-comm"}
         impact = agent["impact_bps"]["TWAP"]
         assert impact["ci_low"] <= impact["value"] <= impact["ci_high"] < 0  # a cost
     assert set(entry["team"]["policies"]) == names
@@ -102,7 +104,11 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
     pa = [a["policies"]["TWAP"]["PA"]["value"] for a in entry["agents"]]
     assert spread["TWAP"] == pytest.approx(max(pa) - min(pa))
     assert entry["timing"]["agent_steps"] == 2 * entry["timing"]["env_steps"]
-    assert (run_dir / "us_1min" / "checkpoint" / "policy.msgpack").is_file()
+    checkpoint = run_dir / "us_1min" / "checkpoint"
+    meta = json.loads((checkpoint / "policy.json").read_text())
+    assert meta["communication"] == "linear_message" and meta["agents"] == 2
+    params = msgpack_restore((checkpoint / "policy.msgpack").read_bytes())
+    assert set(params["params"]) == {"actor", "critic", "communication"}
     table = (run_dir / "results.txt").read_text()
     for row in ("us_1min agent 0", "us_1min agent 1", "us_1min team"):
         assert row in table
@@ -115,6 +121,7 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
         (["--llm", "offline", "--agents", "2"], "runs with --llm none"),
         (["--llm", "none", "--agents", "0"], "marl.agents: must be >= 1"),
         (["--llm", "none", "--agents", "2", "marl.profile=nope"], "neither a library program"),
+        (["--llm", "none", "--agents", "2", "marl.communication=x.py"], "cannot read x.py"),
     ],
 )
 def test_bad_multi_agent_input_exits_2_without_a_run(tmp_path, capsys, args, message):

@@ -13,6 +13,8 @@ any model-written candidate).
   training day into a new one (LLM4Imagine).
 - :data:`llm.designs.profiles.PROFILES`: ``profile`` programs that give each agent of the
   multi-agent market its parent order (LLM4Profiling).
+- :data:`llm.designs.communications.COMMUNICATIONS`: ``Communication`` modules, what an
+  agent tells the others (LLM4Communication).
 
 Conventions the designer's mutations rely on (documented so new programs follow them):
 
@@ -38,8 +40,8 @@ class Design:
 
     Attributes:
         name: short identifier (``pa_penalty``).
-        kind: the slot, ``"reward"``, ``"network"``, ``"imagination"`` or
-            ``"profiling"`` (the validator's ``kind``).
+        kind: the slot, ``"reward"``, ``"network"``, ``"imagination"``, ``"profiling"``
+            or ``"communication"`` (the validator's ``kind``).
         code: the program's source (it starts with the comment ``# <name>: <summary>``).
     """
 
@@ -85,7 +87,8 @@ def library(kind: str) -> tuple[Design, ...]:
     """The library programs for a slot.
 
     Args:
-        kind: ``"reward"``, ``"network"``, ``"imagination"`` or ``"profiling"``.
+        kind: ``"reward"``, ``"network"``, ``"imagination"``, ``"profiling"`` or
+            ``"communication"``.
 
     Raises:
         ValueError: unknown kind.
@@ -106,9 +109,13 @@ def library(kind: str) -> tuple[Design, ...]:
         from llm.designs.profiles import PROFILES
 
         return PROFILES
+    if kind == "communication":
+        from llm.designs.communications import COMMUNICATIONS
+
+        return COMMUNICATIONS
     raise ValueError(
-        f"no design library for kind {kind!r}; use 'reward', 'network', 'imagination' or "
-        f"'profiling'"
+        f"no design library for kind {kind!r}; use 'reward', 'network', 'imagination', "
+        f"'profiling' or 'communication'"
     )
 
 

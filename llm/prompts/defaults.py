@@ -47,9 +47,14 @@ DEFAULT_IMAGINATION = library("imagination")[0].code
 # program stage 2 times candidates against.
 DEFAULT_PROFILE = library("profiling")[0].code
 
+# The library's linear_message is the communication module stage 2 times candidates
+# against.
+DEFAULT_COMMUNICATION = library("communication")[0].code
+
 DEFAULT_CODE = {
     "reward": DEFAULT_REWARD,
     "network": DEFAULT_NETWORK,
     "imagination": DEFAULT_IMAGINATION,
     "profiling": DEFAULT_PROFILE,
+    "communication": DEFAULT_COMMUNICATION,
 }

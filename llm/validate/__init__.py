@@ -1,5 +1,5 @@
-"""Two-stage validation of LLM-generated code for the reward, network, imagination and
-profiling slots.
+"""Two-stage validation of LLM-generated code for the reward, network, imagination,
+profiling and communication slots.
 
 Stage 1 (:mod:`llm.validate.static`) parses the code and checks it against an AST
 allow-list and size limits, executing nothing. Stage 2 (:mod:`llm.validate.sandbox`)
@@ -28,10 +28,15 @@ an imagined day is malformed or outside
 of :class:`~serl_jax.components.profiling.AgentProfile`'s fields, drawn for 1 and 4
 agents on 64 keys and rejected when a draw is unusable
 (:func:`~serl_jax.components.profiling.check_profiles`: side, Q > 0, a non-empty window
-inside the day ...).
+inside the day ...); ``kind="communication"``: ``class Communication(nn.Module)``,
+instantiated as ``Communication()``, whose ``apply(params, obs [..., D])`` returns a
+float32 message ``[..., M]`` with ``1 <= M <= MAX_MESSAGE_SIZE``
+(:mod:`serl_jax.components.communication`), checked like a network (shapes, parameter
+bound, finite on real observations).
 
-Command line: ``python -m llm.validate --kind reward|network|imagination|profiling FILE
-[--json]`` (exit 0 accepted, 1 rejected, 2 usage error, 3 sandbox error).
+Command line: ``python -m llm.validate --kind
+reward|network|imagination|profiling|communication FILE [--json]`` (exit 0 accepted, 1
+rejected, 2 usage error, 3 sandbox error).
 
 What is enforced, in short (details in each module): stage 1 allows only the listed
 imports and no dunder/private attributes, reflection builtins, frame/traceback
@@ -109,7 +114,7 @@ class ValidationResult:
 
 def validate(
     code: str,
-    kind: Literal["reward", "network", "imagination", "profiling"],
+    kind: Literal["reward", "network", "imagination", "profiling", "communication"],
     *,
     limits: Limits | None = None,
     runtime: bool = True,
@@ -119,8 +124,8 @@ def validate(
 
     Args:
         code: the candidate's Python source.
-        kind: ``"reward"``, ``"network"``, ``"imagination"`` or ``"profiling"`` (the slot
-            it is meant for).
+        kind: ``"reward"``, ``"network"``, ``"imagination"``, ``"profiling"`` or
+            ``"communication"`` (the slot it is meant for).
         limits: size and resource limits (:class:`Limits` defaults when ``None``).
         runtime: run stage 2 (``False``: stage 1 only, e.g. for a quick pre-filter; a
             result with ``ok=True`` then means only "passed the static checks").
@@ -145,7 +150,7 @@ def validate(
 
 
 def load_validated(
-    code: str, kind: Literal["reward", "network", "imagination", "profiling"]
+    code: str, kind: Literal["reward", "network", "imagination", "profiling", "communication"]
 ) -> Any:
     """Defines already-validated code in this process, in the same restricted globals.
 
@@ -155,11 +160,12 @@ def load_validated(
 
     Args:
         code: the candidate's source, as validated.
-        kind: ``"reward"``, ``"network"``, ``"imagination"`` or ``"profiling"``.
+        kind: ``"reward"``, ``"network"``, ``"imagination"``, ``"profiling"`` or
+            ``"communication"``.
 
     Returns:
-        The ``reward``, ``imagine`` or ``profile`` function, or a ``Network()`` instance
-        (a ``flax.linen.Module``).
+        The ``reward``, ``imagine`` or ``profile`` function, or a ``Network()`` or
+        ``Communication()`` instance (a ``flax.linen.Module``).
 
     Raises:
         StaticError: the code fails stage 1.
@@ -168,4 +174,4 @@ def load_validated(
     from llm.validate.restricted import define
 
     entry = define(code, kind)
-    return entry() if kind == "network" else entry
+    return entry() if kind in ("network", "communication") else entry

@@ -1,4 +1,5 @@
-"""``python -m llm.validate --kind reward|network|imagination|profiling FILE [--json]``.
+"""``python -m llm.validate --kind reward|network|imagination|profiling|communication FILE
+[--json]``.
 
 Exit status: 0 accepted, 1 rejected (the stage and reason are printed), 2 usage error
 (bad arguments, unreadable file), 3 sandbox error (the validator itself could not run the
@@ -12,6 +13,7 @@ import json
 import sys
 
 from llm.validate import SandboxError, validate
+from llm.validate.static import KINDS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,9 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Validate LLM-generated code for the reward or network slot "
         "(stage 1: static AST allow-list; stage 2: sandboxed trial run).",
     )
-    parser.add_argument(
-        "--kind", required=True, choices=["reward", "network", "imagination", "profiling"]
-    )
+    parser.add_argument("--kind", required=True, choices=list(KINDS))
     parser.add_argument("file", help="Python source file with the candidate")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

@@ -26,7 +26,8 @@ when the harness itself failed). Order of work:
    ``init`` + ``apply``; imagination: ``jit(vmap(imagine))`` on the sample's training
    days, then :func:`serl_jax.components.imagination.check_imagined_days`; profiling: the
    program vmapped over agents and keys for 1 and 4 agents, then
-   :func:`serl_jax.components.profiling.check_profiles`) and checks
+   :func:`serl_jax.components.profiling.check_profiles`; communication: ``init`` +
+   ``apply`` like a network, the message's length and finiteness) and checks
    shapes, dtypes, finiteness, the parameter count (from
    shapes, before allocating) and XLA's estimate of each compiled program's buffers
    (``Limits.max_program_bytes``, before running it).
@@ -392,7 +393,7 @@ def _default_program(kind: str, env, params, prev, action, nxt, obs):
         args = (jax.random.split(jax.random.PRNGKey(2), PROFILE_TRIAL_KEYS),)
         trial = _profiling_trial(entry, _profile_params(params))
         program = jax.jit(trial).lower(*args).compile()
-    else:
+    else:  # network, communication: a module's apply on the trial observations
         module = entry()  # zero parameters: the values do not change the run time
         shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0), obs)
         args = (jax.tree.map(lambda x: jax.numpy.zeros(x.shape, x.dtype), shapes), obs)
@@ -464,6 +465,42 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
     note = f"{n_params} parameters, outputs finite on {obs.shape[0]} real observations"
     if anchor is not None:
         note += f", prior anchor {anchor:g} steps"
+    return note, lambda: apply(variables, obs)
+
+
+def _check_communication(entry, obs, max_params: int, max_bytes: int):
+    """Checks a communication module; returns ``(note, run)``, ``run`` a zero-argument call
+    of its compiled ``apply`` on the trial observations."""
+    import jax
+    import jax.numpy as jnp
+
+    from serl_jax.components.communication import message_size
+
+    module = entry()
+    key = jax.random.PRNGKey(0)
+    shapes = jax.eval_shape(module.init, key, obs)
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    if n_params > max_params:
+        raise ValueError(f"communication module has {n_params} parameters, limit {max_params}")
+    dim = obs.shape[-1]
+    size = message_size(module, dim)
+    for batch in [(obs.shape[0],), (), (2, 3)]:
+        probe = jax.ShapeDtypeStruct((*batch, dim), jnp.float32)
+        out = jax.eval_shape(module.apply, shapes, probe)
+        if not isinstance(out, jax.ShapeDtypeStruct) or tuple(out.shape) != (*batch, size):
+            raise ValueError(
+                f"on obs {(*batch, dim)} the message has shape {getattr(out, 'shape', out)}, "
+                f"expected {(*batch, size)}"
+            )
+    variables = _compile(module.init, max_bytes, key, obs)(key, obs)
+    if set(variables) != {"params"}:
+        raise ValueError(
+            f"communication module must have only 'params' variables, got {sorted(variables)}"
+        )
+    apply = _compile(module.apply, max_bytes, variables, obs)
+    if not bool(jnp.isfinite(apply(variables, obs)).all()):
+        raise ValueError("messages are not finite (NaN/inf) on real observations")
+    note = f"{n_params} parameters, {size}-number messages finite on {obs.shape[0]} observations"
     return note, lambda: apply(variables, obs)
 
 
@@ -549,6 +586,9 @@ def run(request: dict, ready=lambda: None) -> dict:
             detail, program = _check_imagination(entry, request.get("bounds", {}), max_bytes)
         elif kind == "profiling":
             detail, program = _check_profiling(entry, params, max_bytes)
+        elif kind == "communication":
+            max_params = int(limits.get("max_params", 1_000_000))
+            detail, program = _check_communication(entry, obs, max_params, max_bytes)
         else:
             max_params = int(limits.get("max_params", 1_000_000))
             detail, program = _check_network(entry, obs, max_params, max_bytes)

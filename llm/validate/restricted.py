@@ -147,8 +147,9 @@ def define(code: str, kind: str) -> Any:
     Args:
         code: candidate source.
         kind: ``"reward"`` (returns the ``reward`` function), ``"imagination"`` (the
-            ``imagine`` function), ``"profiling"`` (the ``profile`` function) or
-            ``"network"`` (the ``Network`` class).
+            ``imagine`` function), ``"profiling"`` (the ``profile`` function),
+            ``"network"`` (the ``Network`` class) or ``"communication"`` (the
+            ``Communication`` class).
 
     Returns:
         The entry point object.
@@ -182,7 +183,10 @@ def exec_entry_point(source: str | ast.Module, kind: str) -> Any:
         return entry
     import flax.linen as nn
 
-    entry = namespace.get("Network")
+    from llm.validate.static import CLASS_ENTRY_POINTS
+
+    name = CLASS_ENTRY_POINTS[kind]
+    entry = namespace.get(name)
     if not (isinstance(entry, type) and issubclass(entry, nn.Module)):
-        raise TypeError("'Network' is not a flax.linen.Module subclass")
+        raise TypeError(f"'{name}' is not a flax.linen.Module subclass")
     return entry

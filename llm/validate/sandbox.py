@@ -255,7 +255,7 @@ def run_runtime_stage(
 
     Args:
         code: candidate source.
-        kind: ``"reward"``, ``"network"``, ``"imagination"`` or ``"profiling"``.
+        kind: one of :data:`llm.validate.static.KINDS`.
         limits: resource limits (:class:`Limits` defaults when ``None``).
         bounds: the imagined-day bounds (``kind="imagination"``; defaults when ``None``).
         skip_static: do not re-run stage 1 inside the child. For tests that show the

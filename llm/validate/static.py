@@ -44,7 +44,8 @@ The code is parsed with :mod:`ast` and walked against an allow-list. What is enf
   is instantiated as ``Network()``, so every field needs a default. ``kind="imagination"``:
   a top-level ``def imagine(key, price, volume, params)`` with exactly those four
   positional parameters. ``kind="profiling"``: a top-level ``def profile(key,
-  agent_index, n_agents, params)``, likewise.
+  agent_index, n_agents, params)``, likewise. ``kind="communication"``: a top-level
+  ``class Communication`` subclassing ``nn.Module``, instantiated as ``Communication()``.
 
 What is not enforced here: anything about values (shapes, finiteness, run time, memory);
 those are stage 2's job (:mod:`llm.validate.sandbox`). A static allow-list over Python is
@@ -60,8 +61,11 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["reward", "network", "imagination", "profiling"]
-KINDS: tuple[str, ...] = ("reward", "network", "imagination", "profiling")
+Kind = Literal["reward", "network", "imagination", "profiling", "communication"]
+KINDS: tuple[str, ...] = ("reward", "network", "imagination", "profiling", "communication")
+
+#: Class entry points: kind -> the ``flax.linen.Module`` class the code defines.
+CLASS_ENTRY_POINTS = {"network": "Network", "communication": "Communication"}
 
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     {"jax", "jax.numpy", "jax.nn", "jax.lax", "flax.linen", "math", "functools"}
@@ -421,12 +425,13 @@ def _check_entry_point(tree: ast.Module, kind: str) -> None:
         if len(args.args) != 4:
             raise _reject(defs[-1], f"{name} takes {len(args.args)} parameters, expected 4 "
                           f"({params})")  # fmt: skip
-    elif kind == "network":
-        classes = [n for n in top if isinstance(n, ast.ClassDef) and n.name == "Network"]
+    elif kind in CLASS_ENTRY_POINTS:
+        name = CLASS_ENTRY_POINTS[kind]
+        classes = [n for n in top if isinstance(n, ast.ClassDef) and n.name == name]
         if not classes:
-            raise StaticError("no top-level 'class Network(nn.Module)'")
+            raise StaticError(f"no top-level 'class {name}(nn.Module)'")
         if not any(_is_module_base(b) for b in classes[-1].bases):
-            raise _reject(classes[-1], "class Network must subclass flax.linen.Module "
+            raise _reject(classes[-1], f"class {name} must subclass flax.linen.Module "
                           "(nn.Module)")  # fmt: skip
     else:
         raise StaticError(f"unknown kind {kind!r}; use one of {KINDS}")
@@ -437,7 +442,7 @@ def check_static(code: str, kind: str, limits: Limits | None = None) -> ast.Modu
 
     Args:
         code: the candidate's source.
-        kind: ``"reward"`` or ``"network"``.
+        kind: one of :data:`KINDS`.
         limits: size limits (:class:`Limits` defaults when ``None``).
 
     Returns:

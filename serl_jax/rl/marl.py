@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
+from serl_jax.components.communication import message_size
 from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.ppo import (
@@ -220,11 +221,7 @@ def make_marl_trainer(
     step_batch = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     reset_batch = jax.vmap(env.reset, in_axes=(0, None))
 
-    message_size = 0
-    if communication is not None:
-        probe = jax.ShapeDtypeStruct((obs_size,), jnp.float32)
-        shapes = jax.eval_shape(communication.init, jax.random.PRNGKey(0), probe)
-        message_size = jax.eval_shape(communication.apply, shapes, probe).shape[-1]
+    n_message = 0 if communication is None else message_size(communication, obs_size)
 
     def actor_inputs(params, x, senders):
         """``[..., N, D + N (+ M)]``: observations, agent ids and received messages."""
@@ -248,7 +245,7 @@ def make_marl_trainer(
 
     def init(key: jax.Array) -> MARunnerState:
         key, key_actor, key_critic, key_comm, key_env = jax.random.split(key, 5)
-        actor_size = obs_size + n_agents + message_size
+        actor_size = obs_size + n_agents + n_message
         params = {"actor": network.init(key_actor, jnp.zeros((actor_size,), jnp.float32))}
         if communication is not None:
             probe = jnp.zeros((obs_size,), jnp.float32)
@@ -430,20 +427,31 @@ def make_marl_trainer(
 
 
 def make_marl_policy(
-    network: nn.Module, normalize_obs: bool = True, action_prior: ActionPrior = no_action_prior
+    network: nn.Module,
+    normalize_obs: bool = True,
+    action_prior: ActionPrior = no_action_prior,
+    communication: nn.Module | None = None,
 ):
-    """The trained agents as ``policy(PPOPolicyParams, key, obs [N, D], state, params) ->
-    actions float32[N]``: each agent's median action ``sigmoid(loc)`` of the shared
-    network on its (normalized) observation with its one-hot index, as in training.
+    """The trained agents as a multi-agent policy of
+    :func:`~serl_jax.evaluation.multi_agent_rollout`: ``policy(PPOPolicyParams, key,
+    obs [N, D], state, params, memory) -> (actions float32[N], memory)``, each agent's
+    median action ``sigmoid(loc)`` of the shared network on its (normalized) observation
+    with its one-hot index and, with ``communication``, the mean of the other agents'
+    messages of the minute before (``memory``: their normalized observations then).
 
     ``PPOPolicyParams.params`` holds the trainer's parameters (``{"actor": ...}``, and
-    ``"critic"`` for MAPPO, which acting does not use).
+    ``"critic"`` for MAPPO, which acting does not use, ``"communication"``).
     """
 
-    def policy(policy_params, key: jax.Array, obs, state, env_params):
+    def policy(policy_params, key: jax.Array, obs, state, env_params, memory):
         del key, state, env_params
         x = policy_params.obs_stats.normalize(obs) if normalize_obs else obs
-        logits, _ = network.apply(policy_params.params["actor"], with_agent_ids(x))
-        return LogitNormal.from_logits(logits, action_prior(obs)).median_action()
+        inputs = with_agent_ids(x)
+        if communication is not None:
+            params = policy_params.params["communication"]
+            received = received_messages(communication, params, memory)
+            inputs = jnp.concatenate([inputs, received], axis=-1)
+        logits, _ = network.apply(policy_params.params["actor"], inputs)
+        return LogitNormal.from_logits(logits, action_prior(obs)).median_action(), x
 
     return policy
