@@ -398,9 +398,8 @@ def make_marl_trainer(
         inputs = t.obs
         if communication is not None:
             own = t.obs[..., -n_agents:]  # the row's one-hot agent index
-            messages = communication.apply(params["communication"], t.senders)  # [B, N, M]
-            others = messages.sum(axis=-2) - (own[..., None] * messages).sum(axis=-2)
-            received = others / max(n_agents - 1, 1)
+            every = received_messages(communication, params["communication"], t.senders)
+            received = (own[..., None] * every).sum(axis=-2)  # [B, M]: this row's agent's
             inputs = jnp.concatenate([inputs, received], axis=-1)
         logits, local_value = network.apply(params["actor"], inputs)
         if not central:
