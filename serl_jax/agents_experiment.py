@@ -24,6 +24,7 @@ from serl_jax.config import Config
 from serl_jax.envs.dynamic import DynamicEnvParams
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
 from serl_jax.evaluation import MultiAgentRollout, multi_agent_rollout, per_agent_policy
+from serl_jax.experiment import TWAP, TWAP_POV, selection_entry
 from serl_jax.metrics import (
     ExecutionMetrics,
     compute_metrics,
@@ -34,9 +35,6 @@ from serl_jax.metrics import (
 from serl_jax.rl.marl import make_marl_policy, make_marl_trainer
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams
-
-TWAP = "TWAP"
-TWAP_POV = "TWAP-POV"
 
 
 @dataclass(frozen=True)
@@ -307,12 +305,7 @@ def agents_entry(
             "scenario": cfg.marl.scenario,
             "test_days": test_days,
         },
-        "selection": {
-            "selected_seed": trained.selected_seed,
-            "selected_by": cfg.loop.score,
-            "validation_pa_per_seed": trained.validation_pa.tolist(),
-            "validation_shortfall_per_seed": trained.validation_shortfall.tolist(),
-        },
+        "selection": selection_entry(cfg, trained),
         "timing": {
             "compile_seconds": trained.compile_seconds,
             "train_seconds": trained.train_seconds,

@@ -512,6 +512,18 @@ def _select_seed(cfg: Config, seed_rollouts: Rollout, side: float):
     return int(np.argmax(score)), validation_pa, validation_shortfall
 
 
+def selection_entry(cfg: Config, trained: Any) -> dict[str, Any]:
+    """The ``selection`` entry of ``metrics.json``: the kept seed, the score it was kept
+    by (``loop.score``) and every seed's validation PA and shortfall (bps), for a
+    :class:`TrainedPolicy` or a :class:`~serl_jax.agents_experiment.TrainedAgents`."""
+    return {
+        "selected_seed": trained.selected_seed,
+        "selected_by": cfg.loop.score,
+        "validation_pa_per_seed": trained.validation_pa.tolist(),
+        "validation_shortfall_per_seed": trained.validation_shortfall.tolist(),
+    }
+
+
 def _policy_params(runner) -> PPOPolicyParams:
     return PPOPolicyParams(params=runner.train_state.params, obs_stats=runner.obs_stats)
 

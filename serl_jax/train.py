@@ -86,6 +86,7 @@ from serl_jax.experiment import (
     load_splits,
     make_env,
     make_imagination,
+    selection_entry,
     train_policy,
 )
 from serl_jax.loop import RunStore, SERLLoop, StoreError
@@ -244,12 +245,7 @@ def run_market(
             "test_days": sorted({str(d) for d in splits.test.dates}),
             "load_report": splits.report.summary(),
         },
-        "selection": {
-            "selected_seed": trained.selected_seed,
-            "selected_by": cfg.loop.score,
-            "validation_pa_per_seed": trained.validation_pa.tolist(),
-            "validation_shortfall_per_seed": trained.validation_shortfall.tolist(),
-        },
+        "selection": selection_entry(cfg, trained),
         "timing": {
             "compile_seconds": trained.compile_seconds,
             "train_seconds": trained.train_seconds,
@@ -351,26 +347,56 @@ def train_ppo(cfg: Config, config_name: str, quiet: bool) -> int:
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
+
+    def run_one(market_params, splits, out_dir):
+        entry, test_metrics = run_market(
+            cfg, market_params, splits, out_dir, progress=not quiet,
+            imagination=make_imagination(cfg, imagine_fn, splits.stats),
+        )  # fmt: skip
+        rows = {
+            (f"{splits.name} {kind}", policy): metrics
+            for kind, by_policy in test_metrics.items()
+            for policy, metrics in by_policy.items()
+        }
+        return entry, rows
+
+    return write_run(
+        cfg, f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}", markets, run_one, quiet
+    )
+
+
+def write_run(
+    cfg: Config,
+    name: str,
+    markets: list[tuple[MarketParams | None, MarketSplits]],
+    run_one: Callable,
+    quiet: bool,
+) -> int:
+    """Runs every market into a run folder ``<run.out>/<name>`` assembled under
+    ``.<name>.incomplete`` and renamed when whole: ``config.yaml``, ``metrics.json``
+    (``{"run", "markets": {<market>: entry}}``) and ``results.txt`` (the table, also
+    printed).
+
+    Args:
+        run_one: ``run_one(market_params, splits, out_dir) -> (entry, rows)``: the
+            market's ``metrics.json`` entry and its table rows ``{(row, policy):
+            ExecutionMetrics}``; it writes its artifacts into ``out_dir``.
+
+    Returns:
+        0 (the exit code).
+    """
     out_root = Path(cfg.run.out)
     staging = out_root / f".{name}.incomplete"
     staging.mkdir(parents=True, exist_ok=False)
     (staging / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-
     report: dict[str, Any] = {"run": name, "markets": {}}
     table_rows = {}
     for market_params, splits in markets:
         if not quiet:
             print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
-        entry, test_metrics = run_market(
-            cfg, market_params, splits, staging / splits.name, progress=not quiet,
-            imagination=make_imagination(cfg, imagine_fn, splits.stats),
-        )  # fmt: skip
-        for kind, by_policy in test_metrics.items():
-            for policy, metrics in by_policy.items():
-                table_rows[(f"{splits.name} {kind}", policy)] = metrics
+        entry, rows = run_one(market_params, splits, staging / splits.name)
         report["markets"][splits.name] = entry
-
+        table_rows.update(rows)
     table = format_table(table_rows)
     (staging / "metrics.json").write_text(json.dumps(report, indent=2, allow_nan=False))
     (staging / "results.txt").write_text(table + "\n")
@@ -454,30 +480,14 @@ def train_agents_markets(cfg: Config, config_name: str, quiet: bool) -> int:
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+    def run_one(market_params, splits, out_dir):
+        return run_agents_market(
+            cfg, market_params, splits, out_dir, not quiet, profile_fn, communication
+        )
+
     name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}-agents"
-    out_root = Path(cfg.run.out)
-    staging = out_root / f".{name}.incomplete"
-    staging.mkdir(parents=True, exist_ok=False)
-    (staging / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    report: dict[str, Any] = {"run": name, "markets": {}}
-    table_rows = {}
-    for market_params, splits in markets:
-        if not quiet:
-            print(f"[{splits.name}] {splits.report.summary()}", file=sys.stderr)
-        entry, rows = run_agents_market(
-            cfg, market_params, splits, staging / splits.name, not quiet, profile_fn,
-            communication,
-        )  # fmt: skip
-        report["markets"][splits.name] = entry
-        table_rows.update(rows)
-    table = format_table(table_rows)
-    (staging / "metrics.json").write_text(json.dumps(report, indent=2, allow_nan=False))
-    (staging / "results.txt").write_text(table + "\n")
-    final = out_root / name
-    staging.rename(final)
-    print(table)
-    print(f"run folder: {final}")
-    return 0
+    return write_run(cfg, name, markets, run_one, quiet)
 
 
 def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:

@@ -92,19 +92,24 @@ class SignalTeamEnv:
         return obs, state, reward, done, jnp.zeros_like(done), info
 
 
-def _signal_errors(algorithm: str, seeds: int = 4) -> np.ndarray:
-    """Per seed, the mean squared action error of the median policy on 4,096 fresh signal
-    pairs after training with ``algorithm`` (the seeds train in one vmapped program)."""
-    config = PPOConfig(
+def _short_episodes_config(updates: int) -> PPOConfig:
+    """PPO for the synthetic tasks' one- and two-step episodes: 64 lanes x 4 steps."""
+    return PPOConfig(
         num_envs=64,
         num_steps=4,
-        total_timesteps=64 * 4 * 60,
+        total_timesteps=64 * 4 * updates,
         update_epochs=4,
         num_minibatches=4,
         lr=3e-3,
         ent_coef=0.0,
         group_size=1,
     )
+
+
+def _signal_errors(algorithm: str, seeds: int = 4) -> np.ndarray:
+    """Per seed, the mean squared action error of the median policy on 4,096 fresh signal
+    pairs after training with ``algorithm`` (the seeds train in one vmapped program)."""
+    config = _short_episodes_config(60)
     env, network = SignalTeamEnv(), make_network((32, 32))
     trainer = make_marl_trainer(config, MARLConfig(algorithm, team_reward=True), env, None, network)
     keys = jax.random.split(jax.random.key(0), seeds)
@@ -190,18 +195,8 @@ class Message(nn.Module):
 
 def _relay_errors(communication) -> np.ndarray:
     """Per seed (3, vmapped), agent 1's mean squared error over the last 10 updates."""
-    config = PPOConfig(
-        num_envs=64,
-        num_steps=4,
-        total_timesteps=64 * 4 * 80,
-        update_epochs=4,
-        num_minibatches=4,
-        lr=3e-3,
-        ent_coef=0.0,
-        group_size=1,
-    )
     trainer = make_marl_trainer(
-        config,
+        _short_episodes_config(80),
         MARLConfig("ippo", team_reward=True),
         SignalRelayEnv(),
         None,

@@ -426,6 +426,28 @@ def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int):
     return form, lambda: program(*args)
 
 
+def _module_shapes(module, obs, max_params: int, what: str):
+    """``(key, variable shapes, parameter count)`` of a flax module on ``obs``, traced
+    (nothing allocated); refuses more than ``max_params`` parameters."""
+    import jax
+
+    key = jax.random.PRNGKey(0)
+    shapes = jax.eval_shape(module.init, key, obs)
+    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    if n_params > max_params:
+        raise ValueError(f"{what} has {n_params} parameters, limit {max_params}")
+    return key, shapes, n_params
+
+
+def _compiled_module(module, key, obs, max_bytes: int, what: str):
+    """``(variables, apply)``: the module initialized and its ``apply`` compiled on
+    ``obs``; refuses variables other than ``params`` (state the loop would not carry)."""
+    variables = _compile(module.init, max_bytes, key, obs)(key, obs)
+    if set(variables) != {"params"}:
+        raise ValueError(f"{what} must have only 'params' variables, got {sorted(variables)}")
+    return variables, _compile(module.apply, max_bytes, variables, obs)
+
+
 def _check_network(entry, obs, max_params: int, max_bytes: int):
     """Checks a network; returns ``(note, run)``, ``run`` a zero-argument call of its
     compiled ``apply`` on the trial observations."""
@@ -436,11 +458,7 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
 
     module = entry()
     anchor = declared_prior_anchor(module)
-    key = jax.random.PRNGKey(0)
-    shapes = jax.eval_shape(module.init, key, obs)
-    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    if n_params > max_params:
-        raise ValueError(f"network has {n_params} parameters, limit {max_params}")
+    key, shapes, n_params = _module_shapes(module, obs, max_params, "network")
     dim = obs.shape[-1]
     for batch in [(obs.shape[0],), (), (2, 3)]:
         probe = jax.ShapeDtypeStruct((*batch, dim), jnp.float32)
@@ -455,10 +473,7 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
             )
         if policy.dtype != jnp.float32 or value.dtype != jnp.float32:
             raise ValueError(f"network outputs must be float32, got {policy.dtype}, {value.dtype}")
-    variables = _compile(module.init, max_bytes, key, obs)(key, obs)
-    if set(variables) != {"params"}:
-        raise ValueError(f"network must have only 'params' variables, got {sorted(variables)}")
-    apply = _compile(module.apply, max_bytes, variables, obs)
+    variables, apply = _compiled_module(module, key, obs, max_bytes, "network")
     policy, value = apply(variables, obs)
     if not (bool(jnp.isfinite(policy).all()) and bool(jnp.isfinite(value).all())):
         raise ValueError("network outputs are not finite (NaN/inf) on real observations")
@@ -476,12 +491,9 @@ def _check_communication(entry, obs, max_params: int, max_bytes: int):
 
     from serl_jax.components.communication import message_size
 
+    what = "communication module"
     module = entry()
-    key = jax.random.PRNGKey(0)
-    shapes = jax.eval_shape(module.init, key, obs)
-    n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    if n_params > max_params:
-        raise ValueError(f"communication module has {n_params} parameters, limit {max_params}")
+    key, shapes, n_params = _module_shapes(module, obs, max_params, what)
     dim = obs.shape[-1]
     size = message_size(module, dim)
     for batch in [(obs.shape[0],), (), (2, 3)]:
@@ -492,12 +504,7 @@ def _check_communication(entry, obs, max_params: int, max_bytes: int):
                 f"on obs {(*batch, dim)} the message has shape {getattr(out, 'shape', out)}, "
                 f"expected {(*batch, size)}"
             )
-    variables = _compile(module.init, max_bytes, key, obs)(key, obs)
-    if set(variables) != {"params"}:
-        raise ValueError(
-            f"communication module must have only 'params' variables, got {sorted(variables)}"
-        )
-    apply = _compile(module.apply, max_bytes, variables, obs)
+    variables, apply = _compiled_module(module, key, obs, max_bytes, what)
     if not bool(jnp.isfinite(apply(variables, obs)).all()):
         raise ValueError("messages are not finite (NaN/inf) on real observations")
     note = f"{n_params} parameters, {size}-number messages finite on {obs.shape[0]} observations"

@@ -281,29 +281,10 @@ class DynamicExecutionEnv(ExecutionEnv):
             participation, works = self.participation_order(state, params, slot, fraction, forced)
             qty = jnp.where(works, 0.0, qty)  # the rounds send it
         agent_messages = self.child_messages(state, qty.astype(jnp.int32), forced, params)
-
-        real = data.price[state.episode] / market.tick_size
-        before, after = real[jnp.maximum(slot - 1, 0)], real[slot]
-        rounds = market.rounds_per_minute
-        fundamental = before + (jnp.arange(1, rounds + 1) / rounds) * (after - before)
-        activity = data.volume_profile[state.episode, slot] * n_slots
-        pre_trade_mid = round_view(state.market.book, state.market.reference).reference
-        new_market, minute = run_minute(
-            state.market,
-            agent_messages,
-            fundamental,
-            activity,
-            data.mean_minute_volume[state.episode],
-            key,
-            market,
-            participation,
-            engine=params.lob_engine,
+        new_market, minute, market_price = self.market_minute(
+            state.market, state.episode, slot, agent_messages, participation, key, params
         )
-
-        filled = (-params.side * minute.position_change[FIRST_AGENT_OWNER]).astype(jnp.float32)
-        value = params.side * minute.cash_change[FIRST_AGENT_OWNER] * market.tick_size
-        market_price = pre_trade_mid * market.tick_size
-        exec_price = jnp.where(filled > 0, safe_divide(value, filled), market_price)
+        filled, value, exec_price = self.owner_fill(minute, FIRST_AGENT_OWNER, market_price, params)
         inventory = state.inventory - filled
         price_history = state.price_history.at[slot].set(minute.mid * market.tick_size)
         features = self.minute_features(state.episode, params, slot, price_history, minute)
@@ -324,6 +305,51 @@ class DynamicExecutionEnv(ExecutionEnv):
         return self.finish_step(
             state, fraction, next_state, params, filled, exec_price, market_price
         )
+
+    def market_minute(
+        self, market_state, episode, slot, agent_messages, participation, key, params
+    ) -> tuple[Any, Any, jax.Array]:
+        """Runs minute ``slot`` of day ``episode`` with the agents' messages (and POV
+        orders): the informed traders' fundamental is the replayed day's path over the
+        minute's rounds (module docstring), the activity its volume profile.
+
+        Returns:
+            ``(market, summary, market_price)``: the market after the minute, its
+            :class:`~serl_jax.market.simulator.MinuteSummary`, and the mid before the
+            agents' orders, currency per share.
+        """
+        data, market = params.data, params.market
+        real = data.price[episode] / market.tick_size
+        before, after = real[jnp.maximum(slot - 1, 0)], real[slot]
+        rounds = market.rounds_per_minute
+        fundamental = before + (jnp.arange(1, rounds + 1) / rounds) * (after - before)
+        activity = data.volume_profile[episode, slot] * data.num_slots
+        pre_trade_mid = round_view(market_state.book, market_state.reference).reference
+        new_market, minute = run_minute(
+            market_state,
+            agent_messages,
+            fundamental,
+            activity,
+            data.mean_minute_volume[episode],
+            key,
+            market,
+            participation,
+            engine=params.lob_engine,
+        )
+        return new_market, minute, pre_trade_mid * market.tick_size
+
+    def owner_fill(self, minute, owner, market_price, params) -> tuple[jax.Array, ...]:
+        """An agent's fills in the minute, read from its owner id's settlement.
+
+        Returns:
+            ``(filled, value, exec_price)``: float32 shares executed, their value
+            (currency; ``side`` signed so that it adds to the order's notional) and the
+            average price (``market_price`` when nothing filled).
+        """
+        side, tick = params.side, params.market.tick_size
+        filled = (-side * minute.position_change[owner]).astype(jnp.float32)
+        value = side * minute.cash_change[owner] * tick
+        return filled, value, jnp.where(filled > 0, safe_divide(value, filled), market_price)
 
     def participation_order(
         self, state: DynamicEnvState, params, slot, fraction, forced, agent=0

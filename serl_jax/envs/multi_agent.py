@@ -58,9 +58,8 @@ from serl_jax.envs.execution import (
     hash_uniforms,
     safe_divide,
 )
-from serl_jax.market.agents import round_view
 from serl_jax.market.params import FIRST_AGENT_OWNER
-from serl_jax.market.simulator import MarketState, reset_market, run_minute
+from serl_jax.market.simulator import MarketState, reset_market
 
 SCENARIOS = ("independent", "team")
 
@@ -292,22 +291,8 @@ class MultiAgentExecutionEnv:
         )
         messages = jax.tree.map(lambda x: x.reshape(-1), messages)  # agent-major, 2 each
 
-        real = data.price[state.episode] / market.tick_size
-        before, after = real[jnp.maximum(slot - 1, 0)], real[slot]
-        rounds = market.rounds_per_minute
-        fundamental = before + (jnp.arange(1, rounds + 1) / rounds) * (after - before)
-        activity = data.volume_profile[state.episode, slot] * data.num_slots
-        pre_trade_mid = round_view(state.market.book, state.market.reference).reference
-        new_market, minute = run_minute(
-            state.market,
-            messages,
-            fundamental,
-            activity,
-            data.mean_minute_volume[state.episode],
-            key,
-            market,
-            participation,
-            engine=params.lob_engine,
+        new_market, minute, market_price = self.single.market_minute(
+            state.market, state.episode, slot, messages, participation, key, params
         )
         price_history = state.price_history.at[slot].set(minute.mid * market.tick_size)
         features = self.single.minute_features(state.episode, params, slot, price_history, minute)
@@ -318,16 +303,13 @@ class MultiAgentExecutionEnv:
             feature_history=state.feature_history.at[slot].set(features),
             volume_history=state.volume_history.at[slot].set(minute.volume),
         )
-        market_price = pre_trade_mid * market.tick_size
         replayed_price = data.price[state.episode, slot]
 
         def settle(i, agent, profile, action, is_active):
             view, agent_params = self.agent_view(agent, profile, state, params)
-            side = agent_params.side
-            owner = FIRST_AGENT_OWNER + i
-            filled = (-side * minute.position_change[owner]).astype(jnp.float32)
-            value = side * minute.cash_change[owner] * market.tick_size
-            exec_price = jnp.where(filled > 0, safe_divide(value, filled), market_price)
+            filled, value, exec_price = self.single.owner_fill(
+                minute, FIRST_AGENT_OWNER + i, market_price, agent_params
+            )
             inventory = agent.inventory - filled
             stepped = agent.replace(
                 time=agent.time + 1,

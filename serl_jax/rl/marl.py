@@ -54,6 +54,7 @@ from serl_jax.rl.ppo import (
     lane_keys,
     make_optimizer,
     no_action_prior,
+    ppo_objective,
     run_epochs,
     sibling_baseline,
 )
@@ -167,12 +168,6 @@ class MARunnerState(NamedTuple):
     obs_stats: RunningStats
     episode_return: jnp.ndarray
     key: jax.Array
-
-
-def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
-    """Mean of ``x`` over the entries where ``mask`` is set (0 if none)."""
-    weight = mask.astype(x.dtype)
-    return (weight * x).sum() / jnp.maximum(weight.sum(), 1.0)
 
 
 def make_marl_trainer(
@@ -363,33 +358,11 @@ def make_marl_trainer(
         return runner, MABatch(traj, advantages, targets), episode_stats
 
     def loss_fn(params, minibatches):
-        ((t, adv, tgt),) = minibatches
+        (minibatch,) = minibatches
+        t = minibatch.traj
         logits, value = evaluate_flat(params, t)
         dist = LogitNormal.from_logits(logits, t.prior_logit)
-        log_prob = dist.log_prob(t.action)
-        mask = t.mask
-        value_clipped = t.value + jnp.clip(value - t.value, -config.clip_eps, config.clip_eps)
-        value_loss = 0.5 * masked_mean(
-            jnp.maximum((value - tgt) ** 2, (value_clipped - tgt) ** 2), mask
-        )
-        ratio = jnp.exp(log_prob - t.log_prob)
-        adv_mean = masked_mean(adv, mask)
-        adv_std = jnp.sqrt(masked_mean((adv - adv_mean) ** 2, mask))
-        adv_n = (adv - adv_mean) / (adv_std + 1e-8)
-        surrogate = jnp.minimum(
-            ratio * adv_n,
-            jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv_n,
-        )
-        actor_loss = -masked_mean(surrogate, mask)
-        entropy = masked_mean(dist.entropy(), mask)
-        total = actor_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-        return total, {
-            "actor_loss": actor_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "approx_kl": masked_mean((ratio - 1.0) - jnp.log(ratio), mask),
-            "clip_frac": masked_mean((jnp.abs(ratio - 1.0) > config.clip_eps), mask),
-        }
+        return ppo_objective(config, dist, value, minibatch, mask=t.mask)
 
     def evaluate_flat(params, t: MATransition):
         """Policy outputs and values of flat minibatch rows (``t.obs`` ``[B, D + N]``, the

@@ -22,9 +22,10 @@ in it became visible (README, "Why PPO did not learn").
 
 ``make_trainer`` exposes the same pieces (``init``, ``update``) so the CLI can run updates
 in chunks and show progress between them. Its building blocks are module-level so that
-other trainers (:mod:`serl_jax.rl.hybrid`) share them: :func:`collect_rollout` (rollout and
-GAE), :func:`ppo_loss` (the minibatch loss) and :func:`run_epochs` (shuffled minibatch
-gradient steps over one or more rollouts).
+other trainers (:mod:`serl_jax.rl.hybrid`, :mod:`serl_jax.rl.marl`) share them:
+:func:`collect_rollout` (rollout and GAE), :func:`ppo_loss` (the minibatch loss;
+:func:`ppo_objective` its part after the network, optionally over masked rows) and
+:func:`run_epochs` (shuffled minibatch gradient steps over one or more rollouts).
 """
 
 from __future__ import annotations
@@ -436,27 +437,58 @@ def ppo_loss(
         ``entropy``, ``approx_kl`` (``mean((r - 1) - log r)``) and ``clip_frac`` (share of
         ``|r - 1| > ε``), float32 scalars.
     """
-    t, adv, tgt = minibatch
+    t = minibatch.traj
     logits, value = network.apply(params, t.obs)
-    dist = LogitNormal.from_logits(logits, t.prior_logit)
+    return ppo_objective(config, LogitNormal.from_logits(logits, t.prior_logit), value, minibatch)
+
+
+def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    """Mean of ``x`` over the entries where ``mask`` is set (0 if none)."""
+    weight = mask.astype(x.dtype)
+    return (weight * x).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+def ppo_objective(
+    config: PPOConfig,
+    dist: LogitNormal,
+    value: jnp.ndarray,
+    minibatch: Any,
+    mask: jnp.ndarray | None = None,
+) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+    """:func:`ppo_loss` from the policy ``dist`` and values ``value [B]`` the current
+    parameters give on a minibatch ``(traj, advantages, targets)`` whose ``traj`` has
+    ``action``, ``value`` and ``log_prob``.
+
+    With ``mask`` (``bool[B]``, e.g. the steps each agent took, :mod:`serl_jax.rl.marl`)
+    every mean, and the advantages' normalization, runs over the masked rows only.
+    """
+    t, adv, tgt = minibatch
+
+    def mean(x):
+        return x.mean() if mask is None else masked_mean(x, mask)
+
     log_prob = dist.log_prob(t.action)
     value_clipped = t.value + jnp.clip(value - t.value, -config.clip_eps, config.clip_eps)
-    value_loss = 0.5 * jnp.maximum((value - tgt) ** 2, (value_clipped - tgt) ** 2).mean()
+    value_loss = 0.5 * mean(jnp.maximum((value - tgt) ** 2, (value_clipped - tgt) ** 2))
     ratio = jnp.exp(log_prob - t.log_prob)
-    adv_n = (adv - adv.mean()) / (adv.std() + 1e-8)
+    if mask is None:
+        adv_n = (adv - adv.mean()) / (adv.std() + 1e-8)
+    else:
+        adv_mean = masked_mean(adv, mask)
+        adv_n = (adv - adv_mean) / (jnp.sqrt(masked_mean((adv - adv_mean) ** 2, mask)) + 1e-8)
     surrogate = jnp.minimum(
         ratio * adv_n,
         jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv_n,
     )
-    actor_loss = -surrogate.mean()
-    entropy = dist.entropy().mean()
+    actor_loss = -mean(surrogate)
+    entropy = mean(dist.entropy())
     total = actor_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     stats = {
         "actor_loss": actor_loss,
         "value_loss": value_loss,
         "entropy": entropy,
-        "approx_kl": ((ratio - 1.0) - jnp.log(ratio)).mean(),
-        "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_eps).mean(),
+        "approx_kl": mean((ratio - 1.0) - jnp.log(ratio)),
+        "clip_frac": mean(jnp.abs(ratio - 1.0) > config.clip_eps),
     }
     return total, stats
 
