@@ -22,6 +22,7 @@ from serl_jax.baselines import twap_policy
 from serl_jax.components.profiling import default_profile
 from serl_jax.config import Config
 from serl_jax.envs.dynamic import DynamicEnvParams
+from serl_jax.envs.execution import default_reward
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
 from serl_jax.evaluation import MultiAgentRollout, multi_agent_rollout, per_agent_policy
 from serl_jax.experiment import TWAP, TWAP_POV, selection_entry
@@ -53,6 +54,9 @@ class TrainedAgents:
         compile_seconds, train_seconds: compiling, and running the updates of all seeds.
         env_steps: market minutes simulated over all seeds (agent steps: times N).
         communication: the communication module trained with the policy, or None.
+        validation_rollout: the selected seed's rollout of the validation days (NumPy
+            leaves; :func:`~serl_jax.evaluation.multi_agent_rollout` with ``keep_memory``
+            when the agents send messages, so their messages can be recomputed).
     """
 
     network: Any
@@ -65,24 +69,28 @@ class TrainedAgents:
     train_seconds: float
     env_steps: int
     communication: Any = None
+    validation_rollout: MultiAgentRollout | None = None
 
 
-def make_agents_env(cfg: Config, profile_fn: Callable | None = None) -> MultiAgentExecutionEnv:
-    """The ``cfg.marl`` environment: ``marl.agents`` agents in ``marl.scenario`` with the
-    default reward and ``profile_fn`` (a validated profile program; None: the default
-    profile, every agent the single-agent draw)."""
+def make_agents_env(
+    cfg: Config, profile_fn: Callable | None = None, reward_fn: Callable | None = None
+) -> MultiAgentExecutionEnv:
+    """The ``cfg.marl`` environment: ``marl.agents`` agents in ``marl.scenario`` with
+    ``reward_fn`` (a validated reward program; None: the default reward) and
+    ``profile_fn`` (a validated profile program; None: the default profile, every agent
+    the single-agent draw)."""
     return MultiAgentExecutionEnv(
-        cfg.marl.agents, cfg.marl.scenario, profile_fn=profile_fn or default_profile
+        cfg.marl.agents,
+        cfg.marl.scenario,
+        reward_fn=reward_fn or default_reward,
+        profile_fn=profile_fn or default_profile,
     )
 
 
 def _rollout_means(rollout: MultiAgentRollout) -> tuple[float, float]:
     """Mean PA and mean shortfall (bps) over every agent's orders."""
-    n_agents = np.asarray(rollout.quantity).shape[1]
-    outcomes = [rollout.outcomes(i) for i in range(n_agents)]
-    pa = np.concatenate([price_advantage(o) for o in outcomes]).mean()
-    cost = np.concatenate([shortfall(o) for o in outcomes]).mean()
-    return float(pa), float(cost)
+    outcomes = rollout.pooled_outcomes()
+    return float(price_advantage(outcomes).mean()), float(shortfall(outcomes).mean())
 
 
 def train_agents(
@@ -93,6 +101,8 @@ def train_agents(
     progress: bool = True,
     description: str = "agents",
     communication: Any = None,
+    network: Any = None,
+    val_env: MultiAgentExecutionEnv | None = None,
 ) -> TrainedAgents:
     """Trains ``cfg.run.num_seeds`` seeds of ``cfg.marl.algorithm`` (vmapped, one program)
     on the training days and keeps the best on validation days.
@@ -107,11 +117,17 @@ def train_agents(
         description: the line's label.
         communication: a validated communication module (``Communication()``), trained
             with the policy; None: no messages.
+        network: the shared network (a network program's module); None: the ``network``
+            section's MLP.
+        val_env: the environment of the validation rollouts (the evaluation profiles,
+            when ``env`` trains on a profile program's); None: ``env``.
 
     Returns:
         A :class:`TrainedAgents`.
     """
-    network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+    if network is None:
+        network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+    val_env = env if val_env is None else val_env
     prior = cfg.network.prior()
     trainer = make_marl_trainer(
         cfg.ppo, cfg.marl.trainer_config(), env, train_params, network, prior, communication
@@ -132,7 +148,9 @@ def train_agents(
     val_key = jax.random.PRNGKey(cfg.run.seed)
 
     def validation(seed_params):
-        return multi_agent_rollout(env, policy, seed_params, val_params, val_key)
+        return multi_agent_rollout(
+            val_env, policy, seed_params, val_params, val_key, communication is not None
+        )
 
     rollouts = jax.device_get(jax.vmap(validation)(params))
     means = [
@@ -160,6 +178,7 @@ def train_agents(
         train_seconds=train_seconds,
         env_steps=cfg.ppo.num_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * cfg.run.num_seeds,
         communication=communication,
+        validation_rollout=jax.tree.map(lambda x: x[best], rollouts),
     )
 
 

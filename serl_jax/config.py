@@ -168,7 +168,9 @@ class EvalConfig:
 
 #: The slots the SE-RL designer can write (``loop.modules``); the default run designs the
 #: first two.
-LOOP_MODULES = ("reward", "network", "imagination")
+LOOP_MODULES = ("reward", "network", "imagination", "profiling", "communication")
+#: The loop modules of several agents only (``marl.agents > 1``).
+MULTI_AGENT_MODULES = ("profiling", "communication")
 #: What can rank SE-RL candidates (``loop.score``): the validation metric's key -> the
 #: label prompts and reports give it.
 LOOP_SCORES = {"shortfall": "shortfall", "pa": "PA"}
@@ -192,9 +194,12 @@ class LoopConfig:
             uses 50).
         min_iterations: outer iterations before the convergence test may stop the loop.
         candidates: K, candidates proposed per iteration, split round-robin over ``modules``.
-        modules: the slots the designer writes: ``reward``, ``network`` (the default) and
+        modules: the slots the designer writes: ``reward``, ``network`` (the default),
             ``imagination`` (LLM4Imagine: a program whose imagined days make up
-            ``imagine.ratio`` of the training episodes; needs ``imagine.ratio > 0``).
+            ``imagine.ratio`` of the training episodes; needs ``imagine.ratio > 0``; one
+            agent only) and, with ``marl.agents > 1``, ``profiling`` (LLM4Profiling: the
+            profiles the agents train on) and ``communication`` (LLM4Communication: the
+            agents' messages).
         score: what ranks candidates, the mean over validation orders (bps, higher is
             better) of ``shortfall`` (the spread and impact paid against the replayed
             prices, negative; :func:`serl_jax.metrics.shortfall`) or ``pa`` (the price
@@ -677,6 +682,16 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
         raise ConfigError(
             f"marl.agents={cfg.marl.agents}: several agents trade in the dynamic market only; "
             f"set market.mode=dynamic (--env dynamic), not {cfg.market.mode}"
+        )
+    if cfg.marl.agents == 1 and set(cfg.loop.modules) & set(MULTI_AGENT_MODULES):
+        raise ConfigError(
+            f"loop.modules: {', '.join(MULTI_AGENT_MODULES)} design several agents; set "
+            "marl.agents > 1 (--agents N) or leave them out"
+        )
+    if cfg.marl.agents > 1 and ("imagination" in cfg.loop.modules or cfg.imagine.program):
+        raise ConfigError(
+            f"marl.agents={cfg.marl.agents}: imagined days (loop.modules 'imagination', "
+            "imagine.program) are single-agent only; leave them out"
         )
     if "imagination" in cfg.loop.modules and cfg.imagine.ratio == 0.0:
         raise ConfigError(

@@ -134,6 +134,11 @@ class MultiAgentRollout(NamedTuple):
             in :class:`Rollout`, per agent.
         exec_qty: ``[E, N, T]`` shares executed per minute.
         reward: ``[E, N, T]`` reward per minute (0 outside an agent's window).
+        memory: ``[E, N, T, D]`` what the policy carried out of each minute (for the
+            trained agents with messages: the normalized observations their messages
+            are made of), or None (``keep_memory`` off).
+        active: ``[E, N, T]`` bool, the agent was trading in that minute, or None
+            (``keep_memory`` off).
     """
 
     side: jnp.ndarray
@@ -144,6 +149,8 @@ class MultiAgentRollout(NamedTuple):
     benchmark_price: jnp.ndarray
     exec_qty: jnp.ndarray
     reward: jnp.ndarray
+    memory: jnp.ndarray | None = None
+    active: jnp.ndarray | None = None
 
     def outcomes(self, agent: int) -> OrderOutcomes:
         """Agent ``agent``'s orders (float64 numpy)."""
@@ -158,6 +165,22 @@ class MultiAgentRollout(NamedTuple):
             notional=column(self.notional),
             benchmark=column(self.benchmark_price),
             replayed_notional=column(self.replayed_notional),
+        )
+
+    def pooled_outcomes(self) -> OrderOutcomes:
+        """Every agent's order as one ``[E * N]`` set (day-major: day 0's agents first;
+        float64 numpy): what a score over all agents' orders is a mean of."""
+
+        def flat(x):
+            return np.asarray(x, np.float64).reshape(-1)
+
+        return OrderOutcomes(
+            side=flat(self.side),
+            quantity=flat(self.quantity),
+            executed=flat(self.executed),
+            notional=flat(self.notional),
+            benchmark=flat(self.benchmark_price),
+            replayed_notional=flat(self.replayed_notional),
         )
 
     def team_outcomes(self) -> OrderOutcomes:
@@ -203,9 +226,14 @@ def per_agent_policy(env, policy: Policy) -> Policy:
     return multi
 
 
-@partial(jax.jit, static_argnames=("env", "policy"))
+@partial(jax.jit, static_argnames=("env", "policy", "keep_memory"))
 def multi_agent_rollout(
-    env, policy: Policy, policy_params: Any, env_params: EnvParams, key: jax.Array
+    env,
+    policy: Policy,
+    policy_params: Any,
+    env_params: EnvParams,
+    key: jax.Array,
+    keep_memory: bool = False,
 ) -> MultiAgentRollout:
     """Runs N agents over every day of ``env_params.data`` in the dynamic market.
 
@@ -228,6 +256,8 @@ def multi_agent_rollout(
         env_params: :class:`~serl_jax.envs.dynamic.DynamicEnvParams` over E days of T
             slots.
         key: PRNG key.
+        keep_memory: also return each minute's memory and the agents' active flags
+            (static; ``[E, N, T, D]`` more floats).
 
     Returns:
         A :class:`MultiAgentRollout` with E days of N agents.
@@ -246,11 +276,13 @@ def multi_agent_rollout(
             actions, memory = policy(policy_params, key_act, obs, state, env_params, memory)
             _, next_state, reward, _, info = env.step_env(key_env, state, actions, env_params)
             replayed = info["exec_qty"] * next_state.agents.last_replayed_price
-            return (next_state, memory), (info["exec_qty"], replayed, reward)
+            kept = (memory, info["active"]) if keep_memory else None
+            return (next_state, memory), (info["exec_qty"], replayed, reward, kept)
 
-        (final, _), (exec_qty, replayed, reward) = jax.lax.scan(
+        (final, _), (exec_qty, replayed, reward, kept) = jax.lax.scan(
             body, (state, memory), jax.random.split(key, n_slots)
         )
+        memory, active = (None, None) if kept is None else kept
         agents = final.agents
         return MultiAgentRollout(
             side=final.profile.side,
@@ -261,6 +293,8 @@ def multi_agent_rollout(
             benchmark_price=agents.benchmark_price,
             exec_qty=exec_qty.T,
             reward=reward.T,
+            memory=None if memory is None else jnp.swapaxes(memory, 0, 1),
+            active=None if active is None else active.T,
         )
 
     keys = jax.random.split(key, n_episodes)

@@ -29,7 +29,11 @@ That folder is assembled under ``runs/.<name>.incomplete`` and renamed when comp
 With ``--agents N`` (N > 1) it trains N agents with IPPO or MAPPO in the dynamic market
 instead (:mod:`serl_jax.agents_experiment`; ``marl.profile`` and ``--comm`` /
 ``marl.communication`` name validated profile and communication programs) and reports
-each agent and the team against TWAP and TWAP-POV.
+each agent and the team against TWAP and TWAP-POV. Without ``--llm none``, ``--agents N``
+runs the SE-RL loop on N agents: candidates train with IPPO or MAPPO in the dynamic
+market and are scored over every agent's validation orders, and ``--modules`` may add
+``profiling`` (LLM4Profiling) and ``communication`` (LLM4Communication)
+(:mod:`serl_jax.loop.agents_evaluation`).
 
 Usage::
 
@@ -37,6 +41,7 @@ Usage::
                              [--model NAME] [--iterations J] [--candidates K]
                              [--workers N] [--dek off|high|low|both]
                              [--modules reward,network,imagination]
+                             [--agents N [--modules reward,network,profiling,communication]]
                              [--env static|dynamic|hybrid]
                              [--data PATH] [--out DIR] [--seed N] [--quiet]
                              [section.key=value ...]
@@ -64,7 +69,7 @@ import numpy as np
 import yaml
 
 from llm.backends import BackendError, make_backend
-from llm.designs import library
+from llm.designs import library, program_source
 from llm.validate import SandboxError, load_validated, validate
 from serl_jax.agents_experiment import (
     agents_entry,
@@ -297,22 +302,9 @@ def validated_program(
             (naming the stage and the reason).
         SandboxError: the sandbox itself failed.
     """
-    spec = spec.strip()
-    if not spec:
+    code = program_source(spec, kind, setting)
+    if not code:
         return "", None
-    designs = {d.name: d.code for d in library(kind)}
-    if spec in designs:
-        code = designs[spec]
-    elif spec.endswith(".py"):
-        try:
-            code = Path(spec).read_text()
-        except OSError as err:
-            raise ValueError(f"{setting}: cannot read {spec}: {err.strerror}") from None
-    else:
-        raise ValueError(
-            f"{setting}: {spec!r} is neither a library program "
-            f"({', '.join(designs)}) nor a .py file"
-        )
     verdict = validate(code, kind, **checks)
     if not verdict.ok:
         raise ValueError(f"{setting} {spec}: rejected at stage {verdict.stage}: {verdict.reason}")
@@ -555,8 +547,16 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
         done = len(store.candidates()) if store is not None else 0
         backend = make_backend(cfg.loop.llm, **backend_options(cfg, done))
         low_level = make_low_level(cfg, backend)
-        # The reference candidate's imagination (validated), needed before it is proposed.
-        reference_imagination = imagination_program(cfg)[0] if done == 0 else ""
+        # The reference candidate's programs (validated), needed before it is proposed.
+        reference = {"imagination_code": "", "profiling_code": "", "communication_code": ""}
+        if done == 0:
+            reference["imagination_code"] = imagination_program(cfg)[0]
+            reference["profiling_code"] = validated_program(
+                cfg.marl.profile, "profiling", "marl.profile"
+            )[0]
+            reference["communication_code"] = validated_program(
+                cfg.marl.communication, "communication", "marl.communication"
+            )[0]
         if store is None:
             name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
             yaml_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
@@ -574,7 +574,7 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
         store,
         obs_dim=ExecutionEnv().observation_size(cfg.env_params(data)),
         num_features=data.num_features,
-        imagination_code=reference_imagination,
+        **reference,
         low_level=low_level,
         log=log,
     )
@@ -612,8 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, help="candidates trained at once (processes)")
     parser.add_argument(
         "--modules",
-        help="comma-separated slots the designer writes: reward, network, imagination "
-        "(default: loop.modules, reward,network)",
+        help="comma-separated slots the designer writes: reward, network, imagination; "
+        "with --agents N > 1 also profiling, communication (default: loop.modules, "
+        "reward,network)",
     )
     parser.add_argument(
         "--dek",
@@ -699,10 +700,6 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.marl.agents > 1:
             return train_agents_markets(cfg, config_name, args.quiet)
         return train_ppo(cfg, config_name, args.quiet)
-    if cfg.marl.agents > 1:
-        print("error: marl.agents > 1 runs with --llm none; the SE-RL loop's multi-agent "
-              "modules (profiling, communication) are not built yet", file=sys.stderr)  # fmt: skip
-        return 2
     return run_serl(cfg, f"{config_name}-serl", None, args.quiet)
 
 

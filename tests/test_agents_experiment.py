@@ -118,7 +118,12 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
     "args, message",
     [
         (["--llm", "none", "--agents", "2", "--env", "hybrid"], "dynamic market only"),
-        (["--llm", "offline", "--agents", "2"], "runs with --llm none"),
+        (["--llm", "offline", "--modules", "profiling"], "set marl.agents > 1"),
+        (
+            ["--llm", "offline", "--agents", "2", "--modules", "imagination", "imagine.ratio=0.5"],
+            "single-agent only",
+        ),
+        (["--llm", "offline", "--agents", "2", "marl.profile=nope"], "neither a library program"),
         (["--llm", "none", "--agents", "0"], "marl.agents: must be >= 1"),
         (["--llm", "none", "--agents", "2", "marl.profile=nope"], "neither a library program"),
         (["--llm", "none", "--agents", "2", "marl.communication=x.py"], "cannot read x.py"),

@@ -3,7 +3,8 @@
 This is **not a language model**. It is the default ``--llm offline`` backend, so that the
 SE-RL loop runs end to end with no model available: it reads the module and the past
 candidates from the prompt, samples reward, network and imagination programs from the
-curated library of :mod:`llm.designs` and mutates their terms and constants, and answers
+curated library of :mod:`llm.designs` (reward, network, imagination and profile programs
+and communication modules) and mutates their terms and constants, and answers
 in the format a model would: one line saying what it did, then the code in a fenced
 ``python`` block::
 
@@ -14,8 +15,9 @@ in the format a model would: one line saying what it did, then the code in a fen
 What it reads from a prompt (the contract of :mod:`llm.prompts.builder`):
 
 - the module: the first line ``MODULE: LLM4Reward`` (reward slot), ``MODULE: LLM4Agent``
-  (network slot), ``MODULE: LLM4Imagine`` (imagination slot) or
-  ``MODULE: InstructionRefinement``; a prompt without one is refused
+  (network slot), ``MODULE: LLM4Imagine`` (imagination slot), ``MODULE: LLM4Profiling``
+  (profiling slot), ``MODULE: LLM4Communication`` (communication slot) or
+  ``MODULE: InstructionRefinement`` (:data:`MODULES`); a prompt without one is refused
   with :class:`BackendError`.
 - past candidates: a line ``### Candidate <id> | <score> <float> bps [| key value ...]``
   (``<score>`` is ``PA`` or ``shortfall``, the run's ``loop.score``; higher is better)
@@ -45,18 +47,27 @@ inverse of the first):
 - ``constants``: multiply one or two tunable constants by ``exp(N(0, sigma))`` (sign
   preserved; floats rounded to 3 significant digits, integers stay integers, widths are
   multiples of 8 in [8, 256]). Tunables are module-level ``UPPER_CASE = <number>``
-  assignments and the numeric field defaults of ``class Network`` (but its prior anchor,
-  see ``anchor``); code without them falls back to literal floats of the reward (not 0,
-  1, 1e4, 1e-4, epsilons below 1e-5 or exponents) or the integer widths of ``Dense(...)``
-  calls of a network. A reward reading ``params.concentration_penalty`` or
-  ``params.terminal_penalty_bps`` (the default reward) may get it lifted into a perturbed
-  module constant.
+  assignments (but names read inside a subscript, such as ``obs[..., :PRIVATE]``: the
+  observation's layout) and the numeric field defaults of ``class Network`` (but its
+  depths and prior anchor, see ``depth`` and ``anchor``) or ``class Communication``; code
+  without them falls back to literal floats of the reward (not 0, 1, 1e4, 1e-4, epsilons
+  below 1e-5 or exponents) or the integer widths of ``Dense(...)`` calls of a network. A
+  reward reading ``params.concentration_penalty`` or ``params.terminal_penalty_bps`` (the
+  default reward) may get it lifted into a perturbed module constant.
 - rewards: ``add_term`` inserts a term from :func:`llm.designs.reward_terms` into the
   returned dict (with its constants and helper lines, at most 8 terms), ``drop_term``
   removes one (never the last, never ``pa``) and then the helper lines and constants only
   it used.
 - imagination programs: ``constants`` only (their module-level constants set the size of
   the scenario: a volatility scale, a trend size, a shock's multiple or length).
+- profile programs: ``constants`` only (module-level constants: a window's share of the
+  day, an urgency, a buyer's size); a float named ``*SHARE*`` or ``*FRACTION*`` stays in
+  (0, 1].
+- communication modules: ``constants`` only (module-level constants and the field
+  defaults of ``class Communication``): ``message_size`` (M) stays an integer in
+  :data:`MESSAGE_RANGE` [1, 16], width-like fields (``width``, ``hidden``, ``units``)
+  multiples of 8 in [8, 256], depth-like ones move by one in [1, 4] and other integers
+  (a part of the message) stay in :data:`MESSAGE_PART_RANGE` [1, 12].
 - networks: ``depth`` moves a depth field (``depth``, ``layers``, ``blocks``) or a literal
   ``range(k)`` loop count by one within [1, 4]; ``activation`` replaces every use of one
   flax activation (``nn.tanh``, ``relu``, ``gelu``, ``silu``, ``elu``) by another;
@@ -73,7 +84,8 @@ description line says so).
 ``temperature`` scales the mutation size: ``sigma = 0.5 * temperature`` (capped at 2).
 ``temperature = 0`` is greedy, as for a model: no sampling at all, every completion is the
 highest-scoring usable candidate unchanged, or the first library program (the framework's
-default, ``pa_penalty`` / ``separate_mlp``) unchanged when there is none.
+default, ``pa_penalty`` / ``separate_mlp`` / ``volatility_scale`` / ``independent_days`` /
+``linear_message``) unchanged when there is none.
 
 Instruction refinement (``MODULE: InstructionRefinement``): the prompt lists past
 instructions as ``### Instruction <id> | <score> <float> bps`` each followed by a ``text``
@@ -103,7 +115,7 @@ from functools import partial
 
 from llm.backends.base import Backend, BackendError
 from llm.designs import Design, RewardTerm, library, reward_terms
-from llm.validate.static import StaticError, check_static
+from llm.validate.static import CLASS_ENTRY_POINTS, StaticError, check_static
 
 __all__ = ["INSTRUCTION_HINTS", "MODULES", "Candidate", "OfflineDesigner", "parse_candidates"]
 
@@ -112,6 +124,8 @@ MODULES: dict[str, str | None] = {
     "LLM4Reward": "reward",
     "LLM4Agent": "network",
     "LLM4Imagine": "imagination",
+    "LLM4Profiling": "profiling",
+    "LLM4Communication": "communication",
     "InstructionRefinement": None,
 }
 
@@ -140,6 +154,14 @@ INSTRUCTION_HINTS: tuple[str, ...] = (
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "gelu", "silu", "elu")
 WIDTH_RANGE = (8, 256)
 DEPTH_RANGE = (1, 4)
+#: A communication module's ``message_size`` (M, numbers per message) stays in this range
+#: (``serl_jax.components.communication.MAX_MESSAGE_SIZE`` bounds it; not imported, to
+#: keep JAX out of here).
+MESSAGE_RANGE = (1, 16)
+#: Its other integer fields that are not widths (a part of the message, such as
+#: ``inventory_broadcast``'s learned ``market_size`` next to the 4 private features it
+#: copies) stay in this range, so the part and the private features fit in a message.
+MESSAGE_PART_RANGE = (1, 12)
 #: The network field that sets the action prior's anchor (as
 #: ``serl_jax.rl.networks.PRIOR_ANCHOR_FIELD``; not imported, to keep JAX out of here).
 PRIOR_ANCHOR_FIELD = "prior_anchor_steps"
@@ -166,6 +188,9 @@ _PYTHON_TAGS = frozenset({"python", "py", "python3", ""})
 _TEXT_TAGS = frozenset({"text", "markdown", "md", ""})
 _UPPER = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _DEPTH_NAME = re.compile(r"depth|layers|blocks", re.I)
+_WIDTH_NAME = re.compile(r"width|hidden|units", re.I)
+_MESSAGE_NAME = re.compile(r"^message_size$", re.I)
+_SHARE_NAME = re.compile(r"share|fraction", re.I)
 
 
 # --------------------------------------------------------------------------- prompt parsing
@@ -338,15 +363,26 @@ def _target_name(stmt: ast.stmt) -> tuple[str, ast.AST] | None:
 
 
 def _role(name: str, value: int | float, kind: str) -> str:
+    """How a tunable moves (:func:`_perturb`): ``float``, ``share`` (a profile's share of
+    the day or of Q, in (0, 1]), ``depth``, ``width``, ``message`` (a communication
+    module's M), ``part`` (another integer of one) or ``int``."""
     if isinstance(value, float):
-        return "float"
+        return "share" if kind == "profiling" and _SHARE_NAME.search(name) else "float"
     if _DEPTH_NAME.search(name):
         return "depth"
-    return "width" if kind == "network" else "int"
+    if kind == "network":
+        return "width"
+    if kind == "communication":
+        if _MESSAGE_NAME.match(name):
+            return "message"
+        return "width" if _WIDTH_NAME.search(name) else "part"
+    return "int"
 
 
-def _network_class(tree: ast.Module) -> ast.ClassDef | None:
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Network"]
+def _entry_class(tree: ast.Module, kind: str) -> ast.ClassDef | None:
+    """The last top-level class the slot instantiates (``Network``, ``Communication``)."""
+    name = CLASS_ENTRY_POINTS.get(kind)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
     return classes[-1] if classes else None
 
 
@@ -355,21 +391,35 @@ def _reward_function(tree: ast.Module) -> ast.FunctionDef | None:
     return defs[-1] if defs else None
 
 
+def _layout_names(tree: ast.Module) -> set[str]:
+    """Names read inside subscripts (``obs[..., :PRIVATE]``): the observation's layout,
+    which a mutation must not move."""
+    return {
+        n.id
+        for sub in ast.walk(tree)
+        if isinstance(sub, ast.Subscript)
+        for n in ast.walk(sub.slice)
+        if isinstance(n, ast.Name)
+    }
+
+
 def _named_sites(tree: ast.Module, kind: str) -> list[_Site]:
     sites = []
+    layout = _layout_names(tree)
     for stmt in tree.body:
         named = _target_name(stmt)
-        if named and _UPPER.match(named[0]):
+        if named and _UPPER.match(named[0]) and named[0] not in layout:
             node = _number(named[1])
             if node is not None and node.value != 0:
                 sites.append(_Site(named[0], node, _role(named[0], node.value, kind)))
-    network = _network_class(tree) if kind == "network" else None
-    if network is not None:
-        for stmt in network.body:
+    cls = _entry_class(tree, kind)
+    if cls is not None:
+        for stmt in cls.body:
             named = _target_name(stmt)
             node = _number(named[1]) if named else None
             if named and node is not None and node.value != 0:
-                sites.append(_Site(f"Network.{named[0]}", node, _role(named[0], node.value, kind)))
+                label = f"{cls.name}.{named[0]}"
+                sites.append(_Site(label, node, _role(named[0], node.value, kind)))
     return sites
 
 
@@ -391,7 +441,7 @@ def _inline_sites(tree: ast.Module, kind: str) -> list[_Site]:
                 and abs(node.value) not in (0.0, 1.0, 1e4, 1e-4)
             ):
                 sites.append(_Site(f"the constant on line {node.lineno}", node, "float"))
-        elif isinstance(node, ast.Call):
+        elif kind == "network" and isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name == "Dense":
@@ -432,9 +482,14 @@ def _perturb(value: int | float, role: str, sigma: float, rng: random.Random) ->
     factor = math.exp(rng.gauss(0.0, sigma))
     if role == "float":
         return _fmt_float(value * factor)
+    if role == "share":
+        return min(_fmt_float(value * factor), 1.0)
     if role == "width":
         lo, hi = WIDTH_RANGE
         return int(min(max(round(value * factor / 8) * 8, lo), hi))
+    if role in ("message", "part"):
+        lo, hi = MESSAGE_RANGE if role == "message" else MESSAGE_PART_RANGE
+        return int(min(max(round(value * factor), lo), hi))
     return max(1, round(value * factor))
 
 
@@ -452,9 +507,14 @@ def _op_constants(
 ) -> _Edit | None:
     """Perturbs tunable constants (one or two; in ``fresh`` mode each with probability 1/2,
     at least one), possibly lifting a reward's ``params.<field>`` into a constant."""
-    # The prior's anchor is the ``anchor`` operator's (one mutation never moves it twice).
+    # A network's depths and prior anchor are the ``depth`` and ``anchor`` operators' (one
+    # mutation never moves them twice).
     anchor = f"Network.{PRIOR_ANCHOR_FIELD}"
-    sites = [s for s in _named_sites(tree, kind) if s.role != "depth" and s.label != anchor]
+    sites = [
+        s
+        for s in _named_sites(tree, kind)
+        if not (kind == "network" and s.role == "depth") and s.label != anchor
+    ]
     if not sites:
         sites = _inline_sites(tree, kind)
     lifts = _lift_sites(tree) if kind == "reward" else []
@@ -727,7 +787,7 @@ def _op_anchor(
 ) -> _Edit | None:
     """Moves the ``prior_anchor_steps`` field of ``class Network`` (like ``constants``), or
     declares it with a log-uniform draw in :data:`ANCHOR_RANGE` when absent."""
-    network = _network_class(tree) if kind == "network" else None
+    network = _entry_class(tree, kind) if kind == "network" else None
     if network is None or not network.body:
         return None
     src = _Source(code)
@@ -764,6 +824,8 @@ OPERATORS: dict[str, tuple[tuple[_Operator, float], ...]] = {
     "reward": ((_op_constants, 0.55), (_op_add_term, 0.25), (_op_drop_term, 0.2)),
     "network": ((_op_constants, 0.4), (_op_depth, 0.3), (_op_activation, 0.3), (_op_anchor, 0.3)),
     "imagination": ((_op_constants, 1.0),),
+    "profiling": ((_op_constants, 1.0),),
+    "communication": ((_op_constants, 1.0),),
 }
 
 

@@ -18,9 +18,13 @@ any model-written candidate).
 
 Conventions the designer's mutations rely on (documented so new programs follow them):
 
-- Tunable constants are module-level ``UPPER_CASE = <number>`` assignments (rewards) or
+- Tunable constants are module-level ``UPPER_CASE = <number>`` assignments (rewards,
+  imaginations, profiles: a float named ``*SHARE*`` or ``*FRACTION*`` stays in (0, 1]) or
   numeric field defaults of ``class Network`` (networks: widths are ints, depths are int
-  fields whose name contains ``depth``, ``layers`` or ``blocks``).
+  fields whose name contains ``depth``, ``layers`` or ``blocks``) and of
+  ``class Communication`` (``message_size`` an int in [1, 16], widths ints). A constant
+  read inside a subscript (``obs[..., :PRIVATE]``) describes the observation's layout
+  and is never moved.
 - A reward returns one dict literal at the end of ``reward`` (the terms); helper
   variables of a pool term are prefixed with the term's name.
 - The program starts with a comment ``# <name>: <what it does>`` (may wrap onto more
@@ -30,8 +34,9 @@ Conventions the designer's mutations rely on (documented so new programs follow 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["Design", "RewardTerm", "library", "reward_terms"]
+__all__ = ["Design", "RewardTerm", "library", "program_source", "reward_terms"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,35 @@ def library(kind: str) -> tuple[Design, ...]:
     raise ValueError(
         f"no design library for kind {kind!r}; use 'reward', 'network', 'imagination', "
         f"'profiling' or 'communication'"
+    )
+
+
+def program_source(spec: str, kind: str, setting: str) -> str:
+    """The source code a config key names: a library program's name for ``kind`` or a
+    path to a ``.py`` file ("" for an empty ``spec``). The code is returned, not checked:
+    run it through :func:`llm.validate.validate` before it is defined.
+
+    Args:
+        spec: the key's value (``staggered_windows``, ``my_profile.py``).
+        kind: the slot (``"profiling"``, ...).
+        setting: the key's name, for messages (``marl.profile``).
+
+    Raises:
+        ValueError: an unknown name or an unreadable file.
+    """
+    spec = spec.strip()
+    if not spec:
+        return ""
+    designs = {d.name: d.code for d in library(kind)}
+    if spec in designs:
+        return designs[spec]
+    if spec.endswith(".py"):
+        try:
+            return Path(spec).read_text()
+        except OSError as err:
+            raise ValueError(f"{setting}: cannot read {spec}: {err.strerror}") from None
+    raise ValueError(
+        f"{setting}: {spec!r} is neither a library program ({', '.join(designs)}) nor a .py file"
     )
 
 

@@ -71,9 +71,12 @@ def profile(key, agent_index, n_agents, params):
 
 _BUYERS_AND_SELLERS = """\
 # buyers_and_sellers: even agents sell, odd agents buy, so the agents' child orders can
-# cross each other; whole-day windows, sizes from the run's quantity range.
+# cross each other; whole-day windows, sizes from the run's quantity range (a buyer's
+# times BUYER_SIZE).
 import jax
 import jax.numpy as jnp
+
+BUYER_SIZE = 1.0  # a buyer's Q multiplier relative to a seller's
 
 
 def profile(key, agent_index, n_agents, params):
@@ -81,10 +84,11 @@ def profile(key, agent_index, n_agents, params):
     multiplier = jax.random.uniform(
         own, (), minval=params.quantity_low, maxval=params.quantity_high
     )
-    side = jnp.where(agent_index % 2 == 0, 1.0, -1.0).astype(jnp.float32)
+    seller = agent_index % 2 == 0
+    side = jnp.where(seller, 1.0, -1.0).astype(jnp.float32)
     return {
         "side": side,
-        "quantity": multiplier,
+        "quantity": jnp.where(seller, multiplier, BUYER_SIZE * multiplier),
         "start": jnp.int32(0),
         "window_len": jnp.int32(params.data.num_slots),
         "urgency": jnp.float32(0.0),

@@ -45,9 +45,14 @@ import re
 from collections.abc import Sequence
 
 from llm.dek.high_level import BufferEntry
-from llm.prompts.micro import MICRO_PROMPTS, imagination_contract
+from llm.prompts.micro import (
+    MICRO_PROMPTS,
+    communication_contract,
+    imagination_contract,
+    profiling_contract,
+)
 from llm.validate.static import ALLOWED_IMPORTS
-from serl_jax.config import ImagineConfig
+from serl_jax.config import ImagineConfig, MarlConfig
 
 __all__ = [
     "COMPACT_INSTRUCTION",
@@ -84,6 +89,10 @@ _ANSWER_FORMAT = {
     "(imports and `class Network`).",
     "imagination": "Answer with one ```python block holding the complete code "
     "(imports and `def imagine`).",
+    "profiling": "Answer with one ```python block holding the complete code "
+    "(imports and `def profile`).",
+    "communication": "Answer with one ```python block holding the complete code "
+    "(imports and `class Communication`).",
 }
 
 
@@ -108,6 +117,7 @@ def design_prompt(
     feedback: str = "",
     score_label: str = "PA",
     imagine: ImagineConfig | None = None,
+    marl: MarlConfig | None = None,
 ) -> str:
     """The prompt asking for one module's code.
 
@@ -120,6 +130,9 @@ def design_prompt(
         score_label: the name of the examples' score (``PA`` or ``shortfall``).
         imagine: the run's ``imagine`` section, whose ratio and bounds the LLM4Imagine
             contract states (default: the built-in defaults).
+        marl: the run's ``marl`` section, whose agents, algorithm, scenario and
+            evaluation profiles the LLM4Profiling and LLM4Communication contracts state
+            (default: the contracts for two agents).
 
     Returns:
         The prompt text.
@@ -131,6 +144,10 @@ def design_prompt(
     contract = micro.contract
     if kind == "imagination" and imagine is not None:
         contract = imagination_contract(imagine)
+    elif kind == "profiling" and marl is not None:
+        contract = profiling_contract(marl)
+    elif kind == "communication" and marl is not None:
+        contract = communication_contract(marl)
     parts = [
         macro.rstrip(),
         f"MODULE: {micro.module}",
@@ -205,8 +222,9 @@ def refinement_prompt(
     parts = [
         macro.rstrip(),
         f"MODULE: {REFINEMENT_MODULE}",
-        "You write the instructions that guide the design of reward functions, "
-        "networks and imagined training days for the task above. Past instructions and the best "
+        "You write the instructions that guide the design of reward functions, networks, "
+        "imagined training days, agent profiles and messages for the task above. Past "
+        "instructions and the best "
         f"{score_label} reached under each (ascending, best last):",
         shown or "(none yet)",
     ]

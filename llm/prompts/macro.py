@@ -72,12 +72,56 @@ and fewer in a quieter one.""",
 }
 
 
+#: What each MARL algorithm (``marl.algorithm``) does with the critic.
+_CRITICS = {
+    "ippo": "IPPO: each agent's critic is the network's value head on its own input.",
+    "mappo": "MAPPO: a centralized critic reads all agents' observations; the actor (the\n"
+    "network's policy) stays decentralized.",
+}
+
+#: The rewards and the score of each scenario (``marl.scenario``).
+_SCENARIOS = {
+    "independent": """\
+Independent scenario: each agent works its own parent order and trains on its own
+reward. The score is the mean over every agent's validation orders.""",
+    "team": """\
+Team scenario: the agents share one parent order (the same side and window, each
+agent's Q its share) and every agent trains on the team reward, the agents' rewards
+weighted by their shares Q_i / sum Q. The score is the mean over the team's validation
+orders, team PA pooling every agent's fills.""",
+}
+
+
+def _agents_section(agents: int, scenario: str, algorithm: str, communication: bool) -> str:
+    """The macro prompt's paragraph on N > 1 agents (:func:`macro_prompt`)."""
+    messages = (
+        ", plus the mean of the other agents' last messages (M numbers, the\n"
+        "communication module's output; zeros at an episode's first step)"
+        if communication
+        else ""
+    )
+    width = f"D + {agents}" + (" + M" if communication else "")
+    return f"""
+## Several agents (N = {agents}, {algorithm.upper()}, {scenario} scenario)
+{agents} execution agents trade in one dynamic market, a simulated limit-order book on
+the day's bars: each agent's child orders move the price the others trade at. One policy
+network is shared by all agents; its input is an agent's observation plus its one-hot
+agent index ({agents} numbers){messages}: {width} numbers.
+{_CRITICS[algorithm]}
+{_SCENARIOS[scenario]}
+"""
+
+
 def macro_prompt(
     obs_dim: int,
     num_features: int,
     lookback: int,
     score: str = "shortfall",
     child_quantity: str = "participation",
+    agents: int = 1,
+    scenario: str = "independent",
+    algorithm: str = "ippo",
+    communication: bool = False,
 ) -> str:
     """The task description shared by every module's prompt.
 
@@ -89,13 +133,25 @@ def macro_prompt(
             ``pa``).
         child_quantity: the env's child-order type (``env.child_quantity``:
             ``participation``, the run default, or ``fixed``).
+        agents: N, the execution agents (``marl.agents``); with N > 1 a section on the
+            multi-agent setting follows the observation (one shared market, the shared
+            policy's input, the rewards and the score).
+        scenario: ``marl.scenario``, ``independent`` or ``team`` (read when N > 1).
+        algorithm: ``marl.algorithm``, ``ippo`` or ``mappo`` (read when N > 1).
+        communication: whether the agents send messages (``marl.communication`` set):
+            the policy's input then ends with the mean of the others' messages.
 
     Raises:
-        KeyError: unknown ``score`` or ``child_quantity``.
+        KeyError: unknown ``score`` or ``child_quantity``, or with N > 1 an unknown
+            ``scenario`` or ``algorithm``.
+        ValueError: ``agents < 1``.
 
     Returns:
-        Markdown text.
+        Markdown text (with N = 1 exactly the single-agent prompt).
     """
+    if agents < 1:
+        raise ValueError(f"macro_prompt: agents must be >= 1, got {agents}")
+    several = _agents_section(agents, scenario, algorithm, communication) if agents > 1 else ""
     return f"""\
 # Task: optimal execution of a parent order
 
@@ -130,4 +186,4 @@ imports: jax, jax.numpy, jax.nn, jax.lax, flax.linen, math, functools.
 {NUM_PRIVATE_FEATURES} private features: (T - t)/T, log(T - t), I_t/Q and the price move
 since arrival in percent; then {lookback} past slots x {num_features} normalized market
 features (log return, rolling volatility, volume share, time of day, high-low range).
-"""
+{several}"""

@@ -3,8 +3,11 @@
 Each :class:`MicroPrompt` names the module as the seeds do (LLM4Reward, LLM4Agent), gives
 the exact signature and shapes to return and shows the current default implementation.
 The registry :data:`MICRO_PROMPTS` is keyed by the slot kind (reward: LLM4Reward,
-network: LLM4Agent, imagination: LLM4Imagine); the later modules (LLM4Profiling,
-LLM4Communication) are added here when their slots exist.
+network: LLM4Agent, imagination: LLM4Imagine, profiling: LLM4Profiling, communication:
+LLM4Communication). The contracts that depend on a run's settings are functions of its
+config section (:func:`imagination_contract`, :func:`profiling_contract`,
+:func:`communication_contract`); the registry's entries hold them for the defaults
+(two agents for the multi-agent modules).
 """
 
 from __future__ import annotations
@@ -12,9 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm.prompts.defaults import DEFAULT_CODE
-from serl_jax.config import ImagineConfig, NetworkConfig
+from serl_jax.components.communication import MAX_MESSAGE_SIZE
+from serl_jax.config import ImagineConfig, MarlConfig, NetworkConfig
+from serl_jax.envs.execution import NUM_PRIVATE_FEATURES
 
-__all__ = ["MICRO_PROMPTS", "MicroPrompt", "imagination_contract"]
+__all__ = [
+    "MICRO_PROMPTS",
+    "MicroPrompt",
+    "communication_contract",
+    "imagination_contract",
+    "profiling_contract",
+]
 
 
 @dataclass(frozen=True)
@@ -25,12 +36,14 @@ class MicroPrompt:
         module: the seeds' module name (``LLM4Reward``), written as ``MODULE: <module>``.
         kind: the slot it fills (``reward``, ``network``); the validator's ``kind``.
         contract: what to write: signature, shapes, dtypes, units (LLM4Imagine's with
-            the default ``imagine`` settings; :func:`design_prompt` states a run's own).
+            the default ``imagine`` settings, LLM4Profiling's and LLM4Communication's for
+            two agents; :func:`~llm.prompts.design_prompt` states a run's own).
         default_code: the current default implementation (or an example of one).
         max_new_tokens: the token budget of one completion (the loop uses the smaller of
             it and ``loop.max_new_tokens``): the longest library program of the slot in
             SmolLM2's tokenizer plus about 40% for a description line and edits
-            (reward 451 tokens, network 412, imagination 343; measured 2026-11-23), so a
+            (reward 451 tokens, network 412, imagination 343, profiling 372,
+            communication 177; measured 2026-11-24), rounded up to a multiple of 64, so a
             small model that does not stop wastes little time.
         default_label: how the prompt introduces ``default_code``.
         signature: the entry point and what it returns, one line (the compact prompt's
@@ -143,4 +156,128 @@ LLM4IMAGINE = MicroPrompt(
     default_label="An example (by default training uses real days only)",
 )
 
-MICRO_PROMPTS: dict[str, MicroPrompt] = {p.kind: p for p in (LLM4REWARD, LLM4AGENT, LLM4IMAGINE)}
+
+def _agents(marl: MarlConfig) -> str:
+    """The run's agents, two lines: ``The run: 3 execution agents trained by IPPO, in the
+    independent scenario`` and what the scenario means."""
+    scenario = {
+        "independent": "(each agent works its own parent order)",
+        "team": "(the agents share one parent order, scored by team PA)",
+    }[marl.scenario]
+    return (
+        f"The run: {marl.agents} execution agents trained by {marl.algorithm.upper()}, in the "
+        f"{marl.scenario} scenario\n{scenario}."
+    )
+
+
+def profiling_contract(marl: MarlConfig) -> str:
+    """LLM4Profiling's contract for a run's ``marl`` section (its agents, scenario and
+    evaluation profiles).
+
+    Raises:
+        KeyError: unknown ``marl.scenario``.
+    """
+    evaluation = f"`{marl.profile}`" if marl.profile else "the single-agent draw for every agent"
+    team = (
+        "\n- Team scenario: agent 0's side and window apply to every agent, and each agent's\n"
+        "  quantity is its share of the team's one parent order (Q_i / sum Q weighs its\n"
+        "  reward in the team reward)."
+        if marl.scenario == "team"
+        else ""
+    )
+    return f"""\
+Write a profile program: it gives each agent the parent order it trains on in an
+episode.
+{_agents(marl)}
+
+    def profile(key, agent_index, n_agents, params):
+        return {{"side": side, "quantity": quantity, "start": start,
+                "window_len": window_len, "urgency": urgency}}  # scalars
+
+- `key`: the episode's JAX PRNG key, the same for every agent (use
+  `jax.random.fold_in(key, agent_index)` for an agent's own draw, never Python or NumPy
+  randomness); `agent_index`: int32 scalar in [0, n_agents), traced (no Python `if` on
+  it); `n_agents`: N, a Python int ({marl.agents} in this run; validation also draws
+  1 and 4 agents, so guard divisions by n_agents - 1).
+- `params`: the environment parameters: `params.side` (the run's side, +1 sell, -1
+  buy), `params.quantity_low` and `params.quantity_high` (the run's range of the Q
+  multiplier), `params.min_window_len` (minutes), `params.data.num_slots` (T, minutes in
+  the day).
+- Return a dict with exactly these five keys: `side` float32, +1 (sell) or -1 (buy);
+  `quantity` float32 > 0 and finite, the multiplier on order_fraction times the window's
+  expected volume that sizes the agent's Q (1 = the run's typical order); `start` int32,
+  the window's first minute in [0, T); `window_len` int32 minutes, >= 1 with
+  start + window_len <= T (a non-empty window inside the day); `urgency` float32 >= 0
+  and finite, a risk aversion a reward may read as `params.urgency` (the default reward
+  ignores it).
+- Pure JAX (jax, jax.numpy, jax.lax); it is jitted and vmapped over the agents.
+  Validation draws it for 1 and 4 agents on 64 keys and rejects it when any draw breaks
+  a rule above (naming the field).{team}
+- What it is for: the profiles are the training curriculum, the population of parent
+  orders (sizes, sides, windows, urgencies, co-traders on the same or the opposite side)
+  the shared policy learns from. Candidates are scored on the validation days with the
+  run's fixed evaluation profiles, so every candidate is compared on the same orders:
+  design the training orders that teach the policy to execute those well.
+  Evaluation profiles: {evaluation}."""
+
+
+def communication_contract(marl: MarlConfig) -> str:
+    """LLM4Communication's contract for a run's ``marl`` section (its agents and
+    scenario).
+
+    Raises:
+        KeyError: unknown ``marl.scenario``.
+    """
+    return f"""\
+Write a communication module, what each agent tells the others (a flax.linen module).
+{_agents(marl)}
+
+    class Communication(nn.Module):
+        @nn.compact
+        def __call__(self, obs):  # obs float32 [..., D]
+            return message  # float32 [..., M], 1 <= M <= {MAX_MESSAGE_SIZE}
+
+- Instantiated as `Communication()`: every field needs a default. M is fixed (not
+  data-dependent) and any leading axes pass through: [..., D] -> [..., M].
+- `obs` is the sending agent's normalized observation (the layout above:
+  {NUM_PRIVATE_FEATURES} private features first, time and inventory left and the price move, then
+  the market features).
+- Each agent sends the message of its observation; at the next step every agent's policy
+  input gets the mean of the other agents' messages appended (M numbers; zeros at an
+  episode's first step). The module is trained with the policy through the receivers'
+  PPO loss (one step of DIAL), so the message must be differentiable in the parameters:
+  keep it bounded (e.g. tanh) and on the scale of normalized features.
+- Validation: float32 [..., M] with 1 <= M <= {MAX_MESSAGE_SIZE} on batches of real observations,
+  finite, only `params` variables (no batch statistics or other state), at most
+  1,000,000 parameters; glorot/lecun/variance_scaling initializers.
+- What it is for: tell the others what they cannot see (where this agent is in its
+  order, which way it trades, its read of the market), so the shared policy can avoid
+  trading into the same minutes as its co-traders or coordinate one team order."""
+
+
+LLM4PROFILING = MicroPrompt(
+    module="LLM4Profiling",
+    kind="profiling",
+    contract=profiling_contract(MarlConfig(agents=2)),
+    default_code=DEFAULT_CODE["profiling"],
+    max_new_tokens=576,
+    signature="`def profile(key, agent_index, n_agents, params)` returns one agent's parent "
+    "order: a dict of float32 side (+1 sell, -1 buy), float32 quantity (> 0, Q multiplier), "
+    "int32 start and window_len (minutes, inside the day) and float32 urgency (>= 0).",
+)
+
+LLM4COMMUNICATION = MicroPrompt(
+    module="LLM4Communication",
+    kind="communication",
+    contract=communication_contract(MarlConfig(agents=2)),
+    default_code=DEFAULT_CODE["communication"],
+    max_new_tokens=256,
+    default_label="The default module (the one `--comm` uses when none is named)",
+    signature="`class Communication(nn.Module)` (flax.linen): `__call__(self, obs)` with obs "
+    f"float32 [..., D] returns the agent's message, float32 [..., M], 1 <= M <= "
+    f"{MAX_MESSAGE_SIZE}.",
+)
+
+MICRO_PROMPTS: dict[str, MicroPrompt] = {
+    p.kind: p for p in (LLM4REWARD, LLM4AGENT, LLM4IMAGINE, LLM4PROFILING, LLM4COMMUNICATION)
+}

@@ -545,9 +545,19 @@ def _init_worker(cache_dir: str | None) -> None:
         jax.config.update("jax_compilation_cache_dir", cache_dir)
 
 
+def _is_multi_agent(task: tuple) -> bool:
+    """The task is a multi-agent program (``marl.agents > 1`` in its config)."""
+    return int((task[0].get("marl") or {}).get("agents", 1)) > 1
+
+
 def _evaluate_job(job: list[tuple]) -> list[ProgramResult] | None:
     """One unit of work: a single program, or a batch of programs that build the same
     network (``None``: the batch failed as a whole)."""
+    if _is_multi_agent(job[0]):
+        # imported here: the multi-agent evaluation builds on this module's pieces
+        from serl_jax.loop.agents_evaluation import evaluate_agents_program
+
+        return [evaluate_agents_program(*job[0])]
     if len(job) == 1:
         return [evaluate_program(*job[0])]
     config, market = job[0][:2]
@@ -564,10 +574,13 @@ def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
     """Groups programs that can train in one compiled program: the same config, market
     and imagination code, and network code equal up to the declared prior anchor
     (:func:`serl_jax.rl.networks.network_code_key`; so they differ in the reward and the
-    anchor only), at most ``batch`` per group, in the order the groups first appear.
+    anchor only), at most ``batch`` per group, in the order the groups first appear. A
+    multi-agent program trains alone.
 
     Args:
-        tasks: the arguments of :func:`evaluate_program` per program.
+        tasks: the arguments of :func:`evaluate_program` per program (of
+            :func:`serl_jax.loop.agents_evaluation.evaluate_agents_program` for a
+            multi-agent one).
         batch: the most programs per group (1: every program alone).
 
     Returns:
@@ -576,6 +589,9 @@ def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
     groups: dict[str, list[list[int]]] = {}
     order: list[list[int]] = []
     for i, task in enumerate(tasks):
+        if _is_multi_agent(task):
+            order.append([i])
+            continue
         config, market, _, network_code = task[:4]
         key = json.dumps(
             [config, market, network_code_key(network_code), _imagination_code(task)],

@@ -4,7 +4,9 @@ One outer iteration j:
 
 1. (every ``loop.refine_every`` iterations) macro-micro refinement: the designer rewrites
    the design instruction from the instruction buffer's scored instructions;
-2. for each module of ``loop.modules`` (``reward``, ``network``, ``imagination``) one
+2. for each module of ``loop.modules`` (``reward``, ``network``, ``imagination``; with
+   several agents ``profiling`` and ``communication``,
+   :mod:`serl_jax.loop.agents_evaluation`) one
    prompt (macro + micro + the best past candidates as in-context examples + feedback on
    the previous iteration; with ``loop.prompt_style = "compact"``, for small models, only
    the module's best past candidate or default and one edit instruction) asks for the
@@ -102,8 +104,9 @@ class LoopOutcome:
 FAILURE_STAGES = ("parse", "static", "runtime", "training")
 
 
-#: The slots of a program, in the order its key joins them.
-SLOTS = ("reward", "network", "imagination")
+#: The slots of a program, in the order its key joins them (profiling and communication:
+#: with several agents only).
+SLOTS = ("reward", "network", "imagination", "profiling", "communication")
 
 
 def _program_key(cand: Candidate) -> str:
@@ -154,13 +157,50 @@ _IMAGINED_STATISTICS = (
 )
 
 
+def _agents_feedback(m: dict[str, Any]) -> list[str]:
+    """A multi-agent candidate's reflection lines: each agent's PA, the team's, the
+    spread between agents and what their messages said (none for one agent)."""
+    agents = m.get("agents")
+    if not agents:
+        return []
+    side = {1.0: "sell", -1.0: "buy", None: "mixed"}
+
+    def pa(entry: dict[str, Any]) -> str:
+        lo, hi = entry.get("pa_ci") or (None, None)
+        return (
+            f"PA {_fmt(entry.get('pa'), '.2f')} bps [{_fmt(lo, '.2f')}, {_fmt(hi, '.2f')}], "
+            f"shortfall {_fmt(entry.get('shortfall'), '.2f')} bps"
+        )
+
+    lines = [
+        "  per agent on validation days (evaluation profiles): "
+        + "; ".join(
+            f"agent {a['agent']} ({side.get(a.get('side'), 'mixed')}) {pa(a)}" for a in agents
+        )
+        + f"; spread between agents {_fmt(m.get('pa_spread'), '.2f')} bps"
+    ]
+    if m.get("team"):
+        lines.append(f"  team (the shared parent order): {pa(m['team'])}")
+    said = m.get("messages")
+    if said and said.get("mean") is not None:
+        lines.append(
+            f"  messages ({said['size']} numbers): mean "
+            f"[{', '.join(format(v, '+.2f') for v in said['mean'])}], std "
+            f"[{', '.join(format(v, '.2f') for v in said['std'])}]; std over an agent's own "
+            f"minutes {_fmt(said.get('std_over_time'), '.3f')}, across agents in the same "
+            f"minute {_fmt(said.get('std_across_agents'), '.3f')}"
+        )
+    return lines
+
+
 def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
     """One candidate's outcome as feedback text for the next prompt (reward reflection).
 
-    Evaluated: metrics; with an imagination program, statistics of its imagined days
-    against the real training days; per reward term, the mean episode sum at the first
-    and last recorded update plus its share of all terms. Failed: the stage and error
-    text.
+    Evaluated: metrics; with several agents, each agent's PA and shortfall, the team's
+    (``team`` scenario), the spread between agents and statistics of their messages;
+    with an imagination program, statistics of its imagined days against the real
+    training days; per reward term, the mean episode sum at the first and last recorded
+    update plus its share of all terms. Failed: the stage and error text.
     """
     head = f"- {cand.id} ({cand.module})"
     if cand.status == "rejected":
@@ -191,6 +231,7 @@ def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
             f"orders); spread-and-impact shortfall {_fmt(cost['value'], '+.2f')} bps (95% CI "
             f"{_fmt(cost['ci_low'], '+.2f')} to {_fmt(cost['ci_high'], '+.2f')})"
         )
+    lines.extend(_agents_feedback(m))
     imagined = m.get("imagination")
     if imagined:
         real, fake = imagined["real"], imagined["imagined"]
@@ -234,6 +275,10 @@ class SERLLoop:
         limits: validation limits (default :class:`llm.validate.Limits`).
         imagination_code: the reference candidate's imagination program (validated code;
             "": real training days only), e.g. ``imagine.program``'s.
+        profiling_code, communication_code: with several agents (``marl.agents > 1``),
+            the reference candidate's profile program (validated code, ``marl.profile``'s;
+            "": the default profile) and communication module (``marl.communication``'s;
+            "": no messages).
         low_level: the low-level DEK trainer wrapping the designer's model
             (:class:`llm.dek.low_level.LowLevelDEK`), or ``None``.
         log: where progress lines go (``None``: silent).
@@ -249,6 +294,8 @@ class SERLLoop:
         num_features: int,
         limits: Limits | None = None,
         imagination_code: str = "",
+        profiling_code: str = "",
+        communication_code: str = "",
         low_level: Any = None,
         log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True),
     ):
@@ -257,14 +304,20 @@ class SERLLoop:
         self.backend = backend
         self.store = store
         self.limits = limits or Limits()
-        self.imagination_code = imagination_code
+        self.reference_codes = {
+            "imagination": imagination_code,
+            "profiling": profiling_code,
+            "communication": communication_code,
+        }
         self.bounds = cfg.imagine.bounds()
         self.low_level = low_level
         self.log = log or (lambda s: None)
         self.score_label = LOOP_SCORES[cfg.loop.score]
         self.macro = macro_prompt(
             obs_dim, num_features, int(cfg.env["lookback"]), score=cfg.loop.score,
-            child_quantity=str(cfg.env["child_quantity"]),
+            child_quantity=str(cfg.env["child_quantity"]), agents=cfg.marl.agents,
+            scenario=cfg.marl.scenario, algorithm=cfg.marl.algorithm,
+            communication=bool(communication_code) or "communication" in cfg.loop.modules,
         )  # fmt: skip
         self.config_dict = cfg.to_dict()
         #: In-context examples and instruction refinement (the high-level DEK).
@@ -328,7 +381,7 @@ class SERLLoop:
             code=DEFAULT_CODE["reward"],
             reward_code=DEFAULT_CODE["reward"],
             network_code=DEFAULT_CODE["network"],
-            imagination_code=self.imagination_code,
+            **{f"{kind}_code": code for kind, code in self.reference_codes.items()},
         )
         self.store.add_proposals(0, [], [(None, cand)])
 
@@ -375,7 +428,7 @@ class SERLLoop:
             else:
                 prompt = design_prompt(
                     module, self.macro, instruction, examples, feedback,
-                    score_label=self.score_label, imagine=self.cfg.imagine,
+                    score_label=self.score_label, imagine=self.cfg.imagine, marl=self.cfg.marl,
                 )  # fmt: skip
             budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
             [completions] = self.backend.generate(
@@ -450,9 +503,11 @@ class SERLLoop:
                 continue
             batch.append(cand)
             done[key] = cand
+        agents = self.cfg.marl.agents > 1
         tasks = [
             (self.config_dict, self.loop.market, c.reward_code, c.network_code,
              str(self.store.candidate_dir(c.id)), c.imagination_code)
+            + ((c.profiling_code, c.communication_code) if agents else ())
             for c in batch
         ]  # fmt: skip
         for i, result in evaluator.evaluate(tasks):

@@ -4,7 +4,10 @@ The best candidate (highest validation score, ``loop.score``) and the reference
 ``j0-default`` (the default PPO, trained with the same budget) are reloaded from their
 checkpoints, each with the action prior it trained with, and run on the test days next
 to the baselines through the same rollout; the best is compared with the default PPO on
-the same orders (paired, on validation and test days). Writes
+the same orders (paired, on validation and test days). With several agents
+(``marl.agents > 1``) the test days run in the dynamic market with the run's evaluation
+profiles, each agent (and the team, ``team`` scenario) against every agent running TWAP
+and TWAP-POV, and the paired comparison is over every agent's order. Writes
 ``report.md`` (top candidates with code and metrics, the table), ``report.json`` and
 ``results.txt`` into the run folder, and marks the run finished.
 """
@@ -14,16 +17,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from serl_jax.agents_experiment import evaluate_agents, make_agents_env
 from serl_jax.config import LOOP_SCORES, Config, saved_network_config
 from serl_jax.data import MarketSplits
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import baseline_policies, evaluate_policies
+from serl_jax.loop.agents_evaluation import agents_market, evaluation_profile
 from serl_jax.loop.outer import REFERENCE_ID, LoopOutcome, paired_with_reference
 from serl_jax.loop.store import Candidate, RunStore
 from serl_jax.metrics import format_table, price_advantage, shortfall
 from serl_jax.plots import plot_loop_progress
-from serl_jax.rl.checkpoint import load_policy
+from serl_jax.rl.checkpoint import load_agents_policy, load_policy
+from serl_jax.rl.marl import make_marl_policy
 from serl_jax.rl.policy import make_ppo_policy
 
 __all__ = ["write_report"]
@@ -54,8 +60,9 @@ def _candidate_md(cand: Candidate) -> str:
         code.append(f"Reward:\n```python\n{cand.reward_code.rstrip()}\n```")
     if cand.module in ("network", "default"):
         code.append(f"Network:\n```python\n{cand.network_code.rstrip()}\n```")
-    if cand.imagination_code and cand.module in ("imagination", "default"):
-        code.append(f"Imagination:\n```python\n{cand.imagination_code.rstrip()}\n```")
+    for kind in ("imagination", "profiling", "communication"):
+        if cand.slot_code(kind) and cand.module in (kind, "default"):
+            code.append(f"{kind.title()}:\n```python\n{cand.slot_code(kind).rstrip()}\n```")
     return "\n\n".join([head, f"Instruction: {cand.instruction}", *code])
 
 
@@ -102,6 +109,76 @@ def _best_vs_default_md(best_id: str, paired: dict) -> str:
     )
 
 
+def _single_agent_test(cfg: Config, store: RunStore, best: Candidate, reference: Candidate,
+                       splits: MarketSplits) -> tuple[str, dict, dict]:  # fmt: skip
+    """The best candidate, the default PPO and the baselines on the test days (static
+    market): the table, ``report.json``'s ``test`` entry and the paired best vs default."""
+    policies = {
+        f"SE-RL {best.id}": _ppo_policy(cfg, store, best),
+        "PPO default": _ppo_policy(cfg, store, reference),
+        **baseline_policies(cfg),
+    }
+    test_params = cfg.env_params(MarketData.from_episodes(splits.test))
+    results = evaluate_policies(cfg, ExecutionEnv(), test_params, policies)
+    table = format_table({(splits.name, name): m for name, (m, _) in results.items()})
+    paired = _best_vs_default(
+        best, results[f"SE-RL {best.id}"][1], results["PPO default"][1], float(test_params.side)
+    )
+    return table, {name: m.to_dict() for name, (m, _) in results.items()}, paired
+
+
+def _agents_policy(cfg: Config, store: RunStore, cand: Candidate):
+    """A multi-agent candidate's policy (:func:`serl_jax.rl.marl.make_marl_policy`) and
+    parameters, with the action prior it was trained with."""
+    network, communication, params, meta = load_agents_policy(
+        store.candidate_dir(cand.id) / "checkpoint"
+    )
+    prior = saved_network_config(meta["config"]).prior()
+    return make_marl_policy(network, cfg.ppo.normalize_obs, prior, communication), params
+
+
+def _agents_test(cfg: Config, store: RunStore, best: Candidate, reference: Candidate,
+                 splits: MarketSplits) -> tuple[str, dict, dict]:  # fmt: skip
+    """The best multi-agent candidate, the default PPO agents and every agent running
+    TWAP and TWAP-POV on the test days (dynamic market, evaluation profiles, one key):
+    the table (per agent, and the team's in the ``team`` scenario), ``report.json``'s
+    ``test`` entry (per policy: ``agents``, a list of N metrics; ``team``; ``pa_spread``)
+    and the paired best vs default over every agent's order."""
+    _, params = agents_market(cfg, cfg.loop.market, ("test",))
+    env = make_agents_env(cfg, evaluation_profile(cfg))
+    names = {f"SE-RL {best.id}": best, "PPO default": reference}
+    policies = {name: _agents_policy(cfg, store, cand) for name, cand in names.items()}
+    results = evaluate_agents(cfg, env, params["test"], policies)
+    rows = {}
+    for name, result in results.items():
+        for i, m in enumerate(result.agents):
+            rows[(f"{splits.name} agent {i}", name)] = m
+        if result.team is not None:
+            rows[(f"{splits.name} team", name)] = result.team
+    table = format_table(rows)
+
+    def per_order(name: str) -> dict[str, list[float]]:
+        outcomes = results[name].rollout.pooled_outcomes()
+        return {
+            "pa_per_order": price_advantage(outcomes).tolist(),
+            "shortfall_per_order": shortfall(outcomes).tolist(),
+        }
+
+    paired = {
+        "validation": None if best.id == REFERENCE_ID else (best.metrics or {}).get("vs_default"),
+        "test": paired_with_reference(per_order(f"SE-RL {best.id}"), per_order("PPO default")),
+    }
+    entry = {
+        name: {
+            "agents": [m.to_dict() for m in result.agents],
+            "team": None if result.team is None else result.team.to_dict(),
+            "pa_spread": result.pa_spread,
+        }
+        for name, result in results.items()
+    }
+    return table, entry, paired
+
+
 def write_report(
     cfg: Config, store: RunStore, outcome: LoopOutcome, splits: MarketSplits, top: int = 5
 ) -> str:
@@ -122,17 +199,8 @@ def write_report(
     ranked = sorted(evaluated, key=lambda c: -c.score)
     reference = next(c for c in evaluated if c.id == REFERENCE_ID)
     best = outcome.best
-    policies = {
-        f"SE-RL {best.id}": _ppo_policy(cfg, store, best),
-        "PPO default": _ppo_policy(cfg, store, reference),
-        **baseline_policies(cfg),
-    }
-    test_params = cfg.env_params(MarketData.from_episodes(splits.test))
-    results = evaluate_policies(cfg, ExecutionEnv(), test_params, policies)
-    table = format_table({(splits.name, name): m for name, (m, _) in results.items()})
-    best_vs_default = _best_vs_default(
-        best, results[f"SE-RL {best.id}"][1], results["PPO default"][1], float(test_params.side)
-    )
+    test = _agents_test if cfg.marl.agents > 1 else _single_agent_test
+    table, test_entry, best_vs_default = test(cfg, store, best, reference, splits)
 
     counts: dict[str, int] = {}
     for c in store.candidates():
@@ -147,7 +215,7 @@ def write_report(
         "cache_hits": outcome.cache_hits,
         "best": best.to_record(),
         "top": [c.id for c in ranked[:top]],
-        "test": {name: m.to_dict() for name, (m, _) in results.items()},
+        "test": test_entry,
         "best_vs_default": best_vs_default,
     }
     (store.root / "report.json").write_text(json.dumps(summary, indent=2, allow_nan=False))

@@ -64,16 +64,19 @@ class Candidate:
         id: ``j<iteration>-c<index>`` (``j0-default`` for the reference candidate).
         iteration: outer iteration j (0 for the reference).
         idx: index within the iteration.
-        module: the slot that was designed (``reward``, ``network``, ``imagination``;
-            ``default`` for the reference, which uses the default implementations).
+        module: the slot that was designed (``reward``, ``network``, ``imagination``,
+            ``profiling``, ``communication``; ``default`` for the reference, which uses
+            the default implementations).
         status: ``proposed``, ``rejected``, ``validated``, ``evaluated`` or ``crashed``.
         prompt_id: row of the prompt it answers in the ``prompts`` table (None for j0).
         instruction: the instruction it was written under.
         completion: the model's raw completion.
         code: the designed module's code ("" when none could be parsed).
-        reward_code, network_code, imagination_code: the full program trained: the
-            designed module plus the incumbent (best so far) of the other slots
-            (``imagination_code`` "": real training days only).
+        reward_code, network_code, imagination_code, profiling_code, communication_code:
+            the full program trained: the designed module plus the incumbent (best so
+            far) of the other slots (``imagination_code`` "": real training days only;
+            with several agents, ``profiling_code`` "": training on the evaluation
+            profiles, ``communication_code`` "": no messages).
         parent_ids: candidates whose programs it was built from (the incumbent of the
             other slot; prompts may show more as examples).
         validation: ``{ok, stage, reason}`` of :func:`llm.validate.validate`.
@@ -98,6 +101,8 @@ class Candidate:
     reward_code: str = ""
     network_code: str = ""
     imagination_code: str = ""
+    profiling_code: str = ""
+    communication_code: str = ""
     parent_ids: list[str] = field(default_factory=list)
     validation: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
@@ -108,7 +113,8 @@ class Candidate:
     timing: dict[str, float] = field(default_factory=dict)
 
     def slot_code(self, kind: str) -> str:
-        """The code of slot ``kind`` (``reward``, ``network``, ``imagination``) trained."""
+        """The code of slot ``kind`` (``reward``, ``network``, ``imagination``,
+        ``profiling``, ``communication``) trained."""
         return getattr(self, f"{kind}_code")
 
     def to_record(self) -> dict[str, Any]:

@@ -92,3 +92,45 @@ def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, 
     except (ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{params_path}: does not match its metadata ({err})") from None
     return network, restored, meta
+
+
+def load_agents_policy(directory: str | Path) -> tuple[Any, Any, PPOPolicyParams, dict[str, Any]]:
+    """Reads the checkpoint of N agents trained by :func:`serl_jax.rl.marl.make_marl_trainer`
+    (an SE-RL multi-agent candidate's: its metadata holds the validated ``network_code``
+    and ``communication_code``, defined again through :func:`llm.validate.load_validated`).
+
+    Returns:
+        ``(network, communication, policy_params, meta)``: the shared network, the
+        communication module (None without messages), the parameters
+        (``params``: ``{"actor", "critic"?, "communication"?}`` as trained; observation
+        statistics over the single-agent observation) and the metadata dict.
+
+    Raises:
+        CheckpointError: the folder or a file is missing or unreadable, or a code refused.
+    """
+    directory = Path(directory)
+    meta_path, params_path = directory / META_FILE, directory / PARAMS_FILE
+    for path in (meta_path, params_path):
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing (not a serl_jax policy checkpoint)")
+    from llm.validate import StaticError, load_validated
+
+    try:
+        meta = json.loads(meta_path.read_text())
+        network = load_validated(meta["network_code"], "network")
+        comm_code = meta.get("communication_code", "")
+        communication = load_validated(comm_code, "communication") if comm_code else None
+    except (ValueError, KeyError, TypeError, StaticError) as err:
+        raise CheckpointError(f"{meta_path}: unreadable metadata or refused code ({err})") from None
+    try:
+        raw = serialization.msgpack_restore(params_path.read_bytes())
+        stats = raw["obs_stats"]
+        params = PPOPolicyParams(
+            params=jax.tree.map(jnp.asarray, raw["params"]),
+            obs_stats=RunningStats(
+                jnp.asarray(stats["mean"]), jnp.asarray(stats["var"]), jnp.asarray(stats["count"])
+            ),
+        )
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{params_path}: unreadable parameters ({err})") from None
+    return network, communication, params, meta

@@ -23,17 +23,30 @@ import numpy as np
 import pytest
 
 from llm.backends import BackendError, make_backend
-from llm.backends.offline import OfflineDesigner, _op_anchor, parse_candidates
+from llm.backends.offline import (
+    MESSAGE_PART_RANGE,
+    MESSAGE_RANGE,
+    OfflineDesigner,
+    _op_anchor,
+    parse_candidates,
+)
 from llm.designs import library, reward_terms
 from llm.parsing import extract_code
 from llm.validate import Limits, check_static, load_validated, validate
+from serl_jax.components.communication import MAX_MESSAGE_SIZE
 from serl_jax.envs import EnvParams, ExecutionEnv
 from serl_jax.rl.networks import declared_prior_anchor
 
 PROGRAMS = Path(__file__).parent / "programs"
 TEST_LIMITS = Limits(wall_time_s=60.0, cpu_time_s=20)
 LIBRARY = [(d.kind, d) for kind in ("reward", "network") for d in library(kind)]
-MODULE = {"reward": "LLM4Reward", "network": "LLM4Agent", "imagination": "LLM4Imagine"}
+MODULE = {
+    "reward": "LLM4Reward",
+    "network": "LLM4Agent",
+    "imagination": "LLM4Imagine",
+    "profiling": "LLM4Profiling",
+    "communication": "LLM4Communication",
+}
 DESCRIPTION = re.compile(r"^(Mutated|Library|Kept) ")
 
 
@@ -64,6 +77,16 @@ def module_constants(code: str) -> dict[str, float]:
             if isinstance(stmt.value, ast.Constant):
                 out[stmt.targets[0].id] = stmt.value.value
     return out
+
+
+def class_fields(code: str, name: str = "Communication") -> dict[str, int | float]:
+    """The literal field defaults of the last top-level ``class <name>``."""
+    cls = [n for n in ast.parse(code).body if getattr(n, "name", "") == name][-1]
+    return {
+        stmt.target.id: stmt.value.value
+        for stmt in cls.body
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.value, ast.Constant)
+    }
 
 
 def reward_keys(code: str) -> list[str]:
@@ -464,3 +487,83 @@ def test_compact_prompts_are_answered_with_valid_library_programs():
         for completion in completions:
             assert completion.startswith(f"Library {kind} '")  # no past candidates shown
             check_static(code_of(completion), kind)
+
+
+def _mutations(kind: str, name: str, n: int, seed: int = 2, temperature: float = 2.0):
+    """``n`` mutations of the library program ``name`` (the prompt's only candidate)."""
+    parent = next(d.code for d in library(kind) if d.name == name)
+    prompt = design_prompt(kind, [("j1-c0", -3.0, parent)])
+    designer = make_backend("offline", seed=seed, explore=0.0)
+    [completions] = designer.generate([prompt], n=n, temperature=temperature)
+    assert all(c.startswith("Mutated j1-c0 (PA -3.00 bps): ") for c in completions)
+    return parent, [code_of(c) for c in completions]
+
+
+def test_profile_mutations_move_one_constant_and_keep_shares_in_the_day():
+    assert code_of(
+        make_backend("offline").generate([design_prompt("profiling")], temperature=0)[0][0]
+    ) == (
+        library("profiling")[0].code  # greedy: independent_days, the single-agent draw
+    )
+    parent, codes = _mutations("profiling", "staggered_windows", n=24)
+    shares = []
+    for code in codes:
+        check_static(code, "profiling")
+        shares.append(module_constants(code)["WINDOW_SHARE"])
+        # only the constant moved: the program's body is the parent's
+        strip = [line for line in code.splitlines() if not line.startswith("WINDOW_SHARE")]
+        assert strip == [
+            line for line in parent.splitlines() if not line.startswith("WINDOW_SHARE")
+        ]
+    assert all(0 < x <= 1.0 for x in shares) and 0.5 not in shares
+    assert 1.0 in shares and min(shares) < 0.5  # the share is capped at the whole day
+    _, codes = _mutations("profiling", "buyers_and_sellers", n=4)
+    assert all(module_constants(c)["BUYER_SIZE"] not in (1.0, None) for c in codes)
+
+
+def test_communication_mutations_keep_message_sizes_and_widths_in_range():
+    assert MESSAGE_RANGE == (1, MAX_MESSAGE_SIZE)
+    _, codes = _mutations("communication", "mlp_message", n=40, temperature=4.0)
+    fields = [class_fields(c) for c in codes]
+    sizes = [f["message_size"] for f in fields]
+    widths = [f["width"] for f in fields]
+    assert all(type(m) is int and 1 <= m <= MAX_MESSAGE_SIZE for m in sizes)
+    assert all(type(w) is int and w % 8 == 0 and 8 <= w <= 256 for w in widths)
+    assert {1, MAX_MESSAGE_SIZE} <= set(sizes) and len(set(widths)) > 3  # clipped, not refused
+    # inventory_broadcast: the observation's layout (PRIVATE, read in obs[..., :PRIVATE]) is
+    # never moved, and the learned part leaves room for the 4 private features
+    _, codes = _mutations("communication", "inventory_broadcast", n=24, temperature=4.0)
+    parts = [class_fields(c)["market_size"] for c in codes]
+    assert all(module_constants(c)["PRIVATE"] == 4 for c in codes)
+    assert all(MESSAGE_PART_RANGE[0] <= p <= MESSAGE_PART_RANGE[1] for p in parts)
+    assert max(parts) == MESSAGE_PART_RANGE[1] == MAX_MESSAGE_SIZE - 4
+
+
+@pytest.mark.slow
+def test_profile_and_communication_answers_pass_the_full_validator():
+    """The most extreme of the mutations above (a window of the whole day, the longest
+    message, the widest learned part) and fresh library draws from design prompts built
+    by :func:`llm.prompts.design_prompt` pass both stages."""
+    from llm.prompts import design_prompt as build
+    from llm.prompts import macro_prompt
+    from serl_jax.config import MarlConfig
+
+    _, windows = _mutations("profiling", "staggered_windows", n=24)
+    _, messages = _mutations("communication", "mlp_message", n=40, temperature=4.0)
+    _, parts = _mutations("communication", "inventory_broadcast", n=24, temperature=4.0)
+    macro = macro_prompt(54, 5, 10, agents=3, communication=True)
+    prompt = build("profiling", macro, "Do it.", marl=MarlConfig(agents=3))
+    [fresh] = make_backend("offline", seed=0).generate([prompt], n=8, temperature=1.0)
+    moved = [c for c in fresh if "default constants" not in c.split("\n")[0]]
+    answers = [
+        ("profiling", max(windows, key=lambda c: module_constants(c)["WINDOW_SHARE"])),
+        ("communication", max(messages, key=lambda c: class_fields(c)["message_size"])),
+        ("communication", max(parts, key=lambda c: class_fields(c)["market_size"])),
+        ("profiling", code_of(moved[0])),
+    ]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = [pool.submit(validate, code, kind, limits=TEST_LIMITS) for kind, code in answers]
+        verdicts = [job.result() for job in jobs]
+    for (kind, code), verdict in zip(answers, verdicts, strict=True):
+        assert verdict.ok, (kind, verdict.reason, code)
+    assert "16-number messages" in verdicts[1].reason and "16-number" in verdicts[2].reason

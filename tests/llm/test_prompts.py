@@ -26,7 +26,7 @@ from llm.prompts import (
 )
 from llm.validate import load_validated
 from serl_jax.components import reward_term_values, total_reward
-from serl_jax.config import ImagineConfig
+from serl_jax.config import ImagineConfig, MarlConfig
 from serl_jax.envs import EnvParams, EnvState, ExecutionEnv, default_reward
 from serl_jax.envs.market_data import MarketData
 from serl_jax.rl.networks import ActorCritic
@@ -133,7 +133,7 @@ def test_design_prompt_layout():
     # The default implementation is shown and parses as the module's code.
     assert DEFAULT_CODE["reward"].strip() in prompt
     assert "MODULE: LLM4Agent" in design_prompt("network", MACRO, "Do Y.")
-    assert set(MICRO_PROMPTS) == {"reward", "network", "imagination"}
+    assert set(MICRO_PROMPTS) == {"reward", "network", "imagination", "profiling", "communication"}
 
 
 def test_imagination_prompt_states_the_slot_and_the_configured_bounds():
@@ -195,6 +195,8 @@ def test_compact_prompt_holds_one_program_and_one_edit():
         ("reward", "LLM4Reward", "def reward(prev_state, action, next_state, params)"),
         ("network", "LLM4Agent", "class Network(nn.Module)"),
         ("imagination", "LLM4Imagine", "def imagine(key, price, volume, params)"),
+        ("profiling", "LLM4Profiling", "def profile(key, agent_index, n_agents, params)"),
+        ("communication", "LLM4Communication", "class Communication(nn.Module)"),
     ):
         code = DEFAULT_CODE[kind]
         prompt = compact_prompt(kind, code, COMPACT_INSTRUCTION)
@@ -211,7 +213,81 @@ def test_compact_prompt_holds_one_program_and_one_edit():
                 "reward": "(imports and `def reward`).",
                 "network": "(imports and `class Network`).",
                 "imagination": "(imports and `def imagine`).",
+                "profiling": "(imports and `def profile`).",
+                "communication": "(imports and `class Communication`).",
             }[kind]
         )
         full = design_prompt(kind, MACRO, COMPACT_INSTRUCTION)
         assert len(prompt) - len(code) < 0.15 * (len(full) - len(code))  # the frame shrinks
+
+
+def test_profiling_prompt_states_the_runs_agents_and_the_evaluation_profiles():
+    assert (MICRO_PROMPTS["profiling"].module, MICRO_PROMPTS["profiling"].kind) == (
+        "LLM4Profiling",
+        "profiling",
+    )
+    default = design_prompt("profiling", MACRO, "Do P.")
+    assert re.findall(r"^MODULE: (\w+)$", default, flags=re.M) == ["LLM4Profiling"]
+    assert "    def profile(key, agent_index, n_agents, params):" in default
+    assert "The run: 2 execution agents trained by IPPO, in the independent scenario" in default
+    assert "Evaluation profiles: the single-agent draw for every agent." in default
+    assert "Team scenario" not in default
+    assert f"```python\n{DEFAULT_CODE['profiling'].rstrip()}\n```" in default
+    assert default.rstrip().endswith("(imports and `def profile`).")
+    # the run's own agents, algorithm, scenario and evaluation profiles
+    marl = MarlConfig(agents=3, algorithm="mappo", scenario="team", profile="staggered_windows")
+    prompt = design_prompt("profiling", MACRO, "Do P.", marl=marl)
+    assert "The run: 3 execution agents trained by MAPPO, in the team scenario" in prompt
+    assert "(3 in this run; validation also draws\n  1 and 4 agents" in prompt
+    assert "Team scenario: agent 0's side and window apply to every agent" in prompt
+    assert "Evaluation profiles: `staggered_windows`." in prompt
+    assert "the profiles are the training curriculum" in prompt
+    # marl only changes the multi-agent contracts
+    assert design_prompt("reward", MACRO, "Do P.", marl=marl) == design_prompt(
+        "reward", MACRO, "Do P."
+    )
+
+
+def test_communication_prompt_states_the_message_contract_and_the_runs_agents():
+    prompt = design_prompt("communication", MACRO, "Do C.", marl=MarlConfig(agents=4))
+    assert re.findall(r"^MODULE: (\w+)$", prompt, flags=re.M) == ["LLM4Communication"]
+    assert "The run: 4 execution agents trained by IPPO, in the independent scenario" in prompt
+    assert "return message  # float32 [..., M], 1 <= M <= 16" in prompt
+    assert "mean of the other agents' messages appended" in prompt and "DIAL" in prompt
+    assert "only `params` variables" in prompt
+    assert "The default module (the one `--comm` uses when none is named):" in prompt
+    assert DEFAULT_CODE["communication"].strip() in prompt
+    assert "The run: 2 execution agents" in design_prompt("communication", MACRO, "Do C.")
+    compact = compact_prompt("communication", DEFAULT_CODE["communication"], "Do C.")
+    assert compact.startswith("MODULE: LLM4Communication\n")
+    assert "returns the agent's message, float32 [..., M], 1 <= M <= 16." in compact
+
+
+def test_multi_agent_token_budgets_are_multiples_of_64():
+    budgets = {k: p.max_new_tokens for k, p in MICRO_PROMPTS.items()}
+    assert budgets == {
+        "reward": 640,
+        "network": 640,
+        "imagination": 512,
+        "profiling": 576,  # urgent_and_patient: 372 SmolLM2 tokens, x 1.4 = 521
+        "communication": 256,  # inventory_broadcast: 177 tokens, x 1.4 = 248
+    }
+
+
+def test_macro_prompt_describes_several_agents_only_when_there_are():
+    single = macro_prompt(54, 5, 10, agents=1, scenario="team", algorithm="mappo",
+                          communication=True)  # fmt: skip
+    assert single == MACRO and "Several agents" not in MACRO and "one-hot" not in MACRO
+    three = macro_prompt(54, 5, 10, agents=3, communication=True)
+    assert three.startswith(MACRO.rstrip() + "\n\n## Several agents (N = 3, IPPO, independent")
+    assert "its input is an agent's observation plus its one-hot\nagent index (3 numbers)" in three
+    assert "plus the mean of the other agents' last messages (M numbers" in three
+    assert "D + 3 + M numbers" in three
+    assert "The score is the mean over every agent's validation orders." in three
+    quiet = macro_prompt(54, 5, 10, agents=2, scenario="team", algorithm="mappo")
+    assert "agent index (2 numbers): D + 2 numbers." in quiet and "messages" not in quiet
+    assert (
+        "MAPPO: a centralized critic" in quiet and "every agent trains on the team reward" in quiet
+    )
+    with pytest.raises(ValueError, match="agents must be >= 1, got 0"):
+        macro_prompt(54, 5, 10, agents=0)
