@@ -103,6 +103,7 @@ def train_agents(
     communication: Any = None,
     network: Any = None,
     val_env: MultiAgentExecutionEnv | None = None,
+    record_terms: bool = False,
 ) -> TrainedAgents:
     """Trains ``cfg.run.num_seeds`` seeds of ``cfg.marl.algorithm`` (vmapped, one program)
     on the training days and keeps the best on validation days.
@@ -121,6 +122,9 @@ def train_agents(
             section's MLP.
         val_env: the environment of the validation rollouts (the evaluation profiles,
             when ``env`` trains on a profile program's); None: ``env``.
+        record_terms: record every agent's reward terms in the validation rollouts
+            (:meth:`~serl_jax.envs.multi_agent.MultiAgentExecutionEnv.reward_terms`, in
+            ``validation_rollout.recorded``).
 
     Returns:
         A :class:`TrainedAgents`.
@@ -148,8 +152,9 @@ def train_agents(
     val_key = jax.random.PRNGKey(cfg.run.seed)
 
     def validation(seed_params):
+        record = val_env.reward_terms if record_terms else None
         return multi_agent_rollout(
-            val_env, policy, seed_params, val_params, val_key, communication is not None
+            val_env, policy, seed_params, val_params, val_key, communication is not None, record
         )
 
     rollouts = jax.device_get(jax.vmap(validation)(params))

@@ -139,6 +139,8 @@ class MultiAgentRollout(NamedTuple):
             are made of), or None (``keep_memory`` off).
         active: ``[E, N, T]`` bool, the agent was trading in that minute, or None
             (``keep_memory`` off).
+        recorded: what ``record`` returned per minute, leaves ``[E, N, T]`` (None
+            without ``record``).
     """
 
     side: jnp.ndarray
@@ -151,6 +153,7 @@ class MultiAgentRollout(NamedTuple):
     reward: jnp.ndarray
     memory: jnp.ndarray | None = None
     active: jnp.ndarray | None = None
+    recorded: Any = None
 
     def outcomes(self, agent: int) -> OrderOutcomes:
         """Agent ``agent``'s orders (float64 numpy)."""
@@ -226,7 +229,7 @@ def per_agent_policy(env, policy: Policy) -> Policy:
     return multi
 
 
-@partial(jax.jit, static_argnames=("env", "policy", "keep_memory"))
+@partial(jax.jit, static_argnames=("env", "policy", "keep_memory", "record"))
 def multi_agent_rollout(
     env,
     policy: Policy,
@@ -234,6 +237,7 @@ def multi_agent_rollout(
     env_params: EnvParams,
     key: jax.Array,
     keep_memory: bool = False,
+    record: Callable | None = None,
 ) -> MultiAgentRollout:
     """Runs N agents over every day of ``env_params.data`` in the dynamic market.
 
@@ -258,6 +262,9 @@ def multi_agent_rollout(
         key: PRNG key.
         keep_memory: also return each minute's memory and the agents' active flags
             (static; ``[E, N, T, D]`` more floats).
+        record: ``record(state, actions [N], next_state, env_params) -> pytree`` of
+            ``[N]`` leaves evaluated every minute (static), e.g.
+            ``env.reward_terms``; returned in ``recorded``.
 
     Returns:
         A :class:`MultiAgentRollout` with E days of N agents.
@@ -277,9 +284,10 @@ def multi_agent_rollout(
             _, next_state, reward, _, info = env.step_env(key_env, state, actions, env_params)
             replayed = info["exec_qty"] * next_state.agents.last_replayed_price
             kept = (memory, info["active"]) if keep_memory else None
-            return (next_state, memory), (info["exec_qty"], replayed, reward, kept)
+            extra = None if record is None else record(state, actions, next_state, env_params)
+            return (next_state, memory), (info["exec_qty"], replayed, reward, kept, extra)
 
-        (final, _), (exec_qty, replayed, reward, kept) = jax.lax.scan(
+        (final, _), (exec_qty, replayed, reward, kept, recorded) = jax.lax.scan(
             body, (state, memory), jax.random.split(key, n_slots)
         )
         memory, active = (None, None) if kept is None else kept
@@ -295,6 +303,7 @@ def multi_agent_rollout(
             reward=reward.T,
             memory=None if memory is None else jnp.swapaxes(memory, 0, 1),
             active=None if active is None else active.T,
+            recorded=jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), recorded),
         )
 
     keys = jax.random.split(key, n_episodes)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax.serialization import msgpack_restore
@@ -71,6 +72,44 @@ def test_team_outcomes_pool_the_agents_fills(params):
     mixed = result._replace(side=np.asarray([[1.0, -1.0, 1.0]] * 3))
     with pytest.raises(ValueError, match="not a team"):
         mixed.team_outcomes()
+
+
+def test_recorded_reward_terms_are_each_agents_reward(params):
+    """Two staggered TWAP agents with a two-term reward: the recorder gives every agent's
+    terms per minute; their sum ("total") is the reward the environment paid, including
+    the zeros outside an agent's window, and the pooled orders are day-major."""
+
+    def reward(prev, action, nxt, p):
+        return {"fill": nxt.last_qty / prev.quantity, "size": 0.5 * action}
+
+    def profile(key, agent_index, n_agents, p):
+        half = p.data.num_slots // 2
+        return {
+            "side": jnp.float32(1.0),
+            "quantity": jnp.float32(1.0),
+            "start": (agent_index * half).astype(jnp.int32),
+            "window_len": jnp.int32(half),
+            "urgency": jnp.float32(0.0),
+        }
+
+    env = MultiAgentExecutionEnv(2, reward_fn=reward, profile_fn=profile)
+    result = jax.device_get(
+        multi_agent_rollout(
+            env, per_agent_policy(env, twap_policy), None, params, KEY, record=env.reward_terms
+        )
+    )
+    terms = result.recorded
+    assert set(terms) == {"fill", "size", "total"}
+    assert terms["total"].shape == result.reward.shape == (3, 2, params.data.num_slots)
+    np.testing.assert_allclose(terms["total"], result.reward, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(terms["total"], terms["fill"] + terms["size"], rtol=1e-6)
+    half = params.data.num_slots // 2
+    # agent 1 waits through the morning, agent 0 is done in the afternoon: both earn 0
+    assert not terms["size"][:, 1, :half].any() and not terms["size"][:, 0, half:].any()
+    assert (terms["fill"][:, 0, :half].sum(-1) > 0.5).all()  # TWAP fills its order
+    pooled = result.pooled_outcomes()
+    np.testing.assert_array_equal(pooled.quantity, np.asarray(result.quantity).reshape(-1))
+    np.testing.assert_array_equal(pooled.executed[1::2], np.asarray(result.executed)[:, 1])
 
 
 @pytest.mark.slow

@@ -50,6 +50,7 @@ from flax import struct
 from gymnax.environments import spaces
 
 from serl_jax.components.profiling import AgentProfile, ProfileFn, default_profile, draw_profiles
+from serl_jax.components.reward import reward_term_values
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicEnvState, DynamicExecutionEnv
 from serl_jax.envs.execution import (
     EnvState,
@@ -343,6 +344,35 @@ class MultiAgentExecutionEnv:
             "episode_done": next_state.clock >= next_state.end,
         }
         return obs, next_state, reward, terminated, info
+
+    def reward_terms(
+        self,
+        state: MultiAgentState,
+        actions: jax.Array,
+        next_state: MultiAgentState,
+        params: DynamicEnvParams,
+    ) -> dict[str, jax.Array]:
+        """Each agent's reward terms in the minute from ``state`` to ``next_state`` (a
+        recorder for :func:`~serl_jax.evaluation.multi_agent_rollout`): the reward slot's
+        named terms and ``"total"``
+        (:func:`~serl_jax.components.reward.reward_term_values`), ``float32[N]`` each,
+        0 for an agent that did not trade in the minute (as its reward).
+
+        Args:
+            state, next_state: the episode before and after :meth:`step_env`.
+            actions: ``float32[N]`` the actions taken (clipped to [0, 1] as the step).
+            params: the environment's parameters.
+        """
+        active = (state.clock >= state.agents.start) & (state.agents.time < state.agents.window_len)
+        actions = jnp.clip(jnp.asarray(actions, jnp.float32).reshape(self.num_agents), 0.0, 1.0)
+
+        def one(prev, nxt, profile, action, is_active):
+            view, agent_params = self.agent_view(prev, profile, state, params)
+            next_view, _ = self.agent_view(nxt, profile, next_state, params)
+            terms = reward_term_values(self.single.reward_fn(view, action, next_view, agent_params))
+            return {k: jnp.where(is_active, v, 0.0) for k, v in terms.items()}
+
+        return jax.vmap(one)(state.agents, next_state.agents, state.profile, actions, active)
 
     # ------------------------------------------------------------------ views
 

@@ -17,7 +17,9 @@ The score (``loop.score``) is the mean over every agent's validation order
 ``shortfall_per_order`` list those orders day-major, for paired comparisons. The
 reflection for the next prompt adds each agent's PA, the team's PA (``team``
 scenario), the spread between agents and, with messages, statistics of what the agents
-said (:func:`serl_jax.components.communication.message_statistics`).
+said (:func:`serl_jax.components.communication.message_statistics`); the reward's named
+terms are those of the final policies on the validation days (the agents train in one
+compiled program, so there is no history over training as for one agent).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from serl_jax.loop.evaluation import (
     _count_cache_hits,
     _failed,
     _finite,
+    _term_stats,
     load_program,
 )
 from serl_jax.metrics import compute_metrics, price_advantage, shortfall
@@ -117,8 +120,9 @@ def evaluate_agents_program(
         communication_code: validated communication module ("": no messages).
 
     Returns:
-        A :class:`~serl_jax.loop.evaluation.ProgramResult` (as a single-agent program's,
-        ``reward_term_stats`` empty) whose ``metrics`` add ``agents`` (per agent:
+        A :class:`~serl_jax.loop.evaluation.ProgramResult` (as a single-agent program's;
+        ``reward_term_stats`` from the final policies only, one ``history`` entry) whose
+        ``metrics`` add ``agents`` (per agent:
         ``agent``, ``side``, ``pa``, ``pa_ci``, ``shortfall``, ``wr``), ``team`` (``team``
         scenario: ``pa``, ``pa_ci``, ``shortfall``; else None), ``pa_spread`` (largest minus
         smallest agent PA, bps) and ``messages`` (with a communication program:
@@ -148,6 +152,7 @@ def evaluate_agents_program(
             trained = train_agents(
                 cfg, env, params["train"], params["val"], progress=False,
                 communication=communication, network=network, val_env=val_env,
+                record_terms=True,
             )  # fmt: skip
         except Exception as e:  # noqa: BLE001 - any failure of candidate code is its score
             return _failed(f"training failed: {type(e).__name__}: {e}", t_start)
@@ -164,6 +169,23 @@ def evaluate_agents_program(
     }
     obs_size = env.observation_size(params["train"])
     return _score(cfg, splits, obs_size, trained, codes, artifact_dir, timing, t_start)
+
+
+def _reward_terms(cfg: Config, rollout) -> dict[str, Any]:
+    """Reward reflection: the trained agents' reward terms on the validation days
+    (every agent's order one episode; 0 outside its window), in the single-agent
+    ``reward_term_stats`` form, with one ``history`` entry, at the last update (the
+    agents train in one compiled program)."""
+    per_step = {k: np.asarray(v).reshape(-1, np.shape(v)[-1]) for k, v in rollout.recorded.items()}
+    episode = {k: v.sum(axis=1) for k, v in per_step.items()}
+    stats = _term_stats(per_step, episode)
+    stats["history"] = [
+        {
+            "updates": cfg.ppo.num_updates,
+            "episode_mean": {k: _finite(v.mean()) for k, v in episode.items()},
+        }
+    ]
+    return stats
 
 
 def _orders_entry(outcomes, boot: dict[str, Any]) -> dict[str, Any]:
@@ -250,4 +272,4 @@ def _score(
         for k, v in trained.curves.items()
     }
     timing = {**timing, "total": time.perf_counter() - t_start}
-    return ProgramResult(True, "", metrics, {}, timing, curves)
+    return ProgramResult(True, "", metrics, _reward_terms(cfg, rollout), timing, curves)

@@ -137,6 +137,15 @@ def test_reflection_gives_each_agent_and_the_messages(agents_run):
     assert f"agent 1 (sell) PA {a1['pa']:.2f} bps" in text
     assert f"spread between agents {talk.metrics['pa_spread']:.2f} bps" in text
     assert "messages (8 numbers)" in text
+    # reward reflection: the default reward's terms on validation days, at the last of the
+    # tiny preset's 4 updates (no history over training for agents)
+    stats = talk.reward_term_stats
+    assert [h["updates"] for h in stats["history"]] == [4]
+    assert "total" in stats and len(stats) > 2
+    terms = [k for k in stats if k not in ("history", "total")]
+    total = sum(stats["history"][0]["episode_mean"][k] for k in terms)
+    assert total == pytest.approx(stats["history"][0]["episode_mean"]["total"], rel=1e-4)
+    assert "reward terms, mean per episode on validation days at update 4 -> 4" in text
 
 
 def test_the_report_scores_every_agent_on_test_days(agents_run):
