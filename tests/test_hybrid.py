@@ -118,8 +118,13 @@ def test_hybrid_trainer_rejects_bad_shapes(make_trend_market):
 def hybrid_metrics(make_trend_market):
     hybrid = HybridConfig(dynamic_envs=4, alpha_init=0.5, min_weight=0.1)
     trainer = make_hybrid_trainer(CONFIG, hybrid, *_markets(make_trend_market), make_network((8,)))
-    out = jax.jit(trainer.train)(jax.random.PRNGKey(0))
+    train = jax.jit(trainer.train)
+    out = train(jax.random.PRNGKey(0))
     assert out["runner_state"].obs_stats.mean.shape == out["runner_state"].static.obs.shape[1:]
+    # the same key trains the same policy: both markets' rollouts, shuffles and weights
+    again = train(jax.random.PRNGKey(0))
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     return hybrid, {k: np.asarray(v) for k, v in out["metrics"].items()}
 
 
