@@ -3,12 +3,15 @@
 - :mod:`serl_jax.loop.outer`: :class:`SERLLoop`, Algorithm 1 of the seeds.
 - :mod:`serl_jax.loop.evaluation`: training and scoring a candidate program, alone or with
   others in one compiled program.
+- :mod:`serl_jax.loop.agents_evaluation`: the same for a multi-agent program
+  (``marl.agents > 1``: the profiling and communication slots).
 - :mod:`serl_jax.loop.workers`: worker processes that stop a task at its wall-clock budget.
 - :mod:`serl_jax.loop.store`: the SQLite run store that makes runs resumable.
 - :mod:`serl_jax.loop.convergence`: the EMA stopping rule.
 - :mod:`serl_jax.loop.report`: the final report (top candidates, test-day comparison).
 """
 
+from serl_jax.loop.agents_evaluation import evaluate_agents_program
 from serl_jax.loop.convergence import EmaConvergence
 from serl_jax.loop.evaluation import (
     ProgramEvaluator,
@@ -30,6 +33,7 @@ __all__ = [
     "SERLLoop",
     "StoreError",
     "candidate_feedback",
+    "evaluate_agents_program",
     "evaluate_batch",
     "evaluate_program",
 ]
