@@ -1,5 +1,7 @@
-"""Multi-agent experiments: train N execution agents (IPPO or MAPPO) in the dynamic market,
-keep the best seed on validation days, and score every agent and the team on test days.
+"""Multi-agent experiments: train N execution agents (IPPO or MAPPO) in the dynamic market
+(or, with ``market.mode`` ``hybrid``, in the static and dynamic markets at once), keep the
+best seed on validation days, and score every agent and the team on test days (validation
+and test in the dynamic market).
 
 The pieces ``python -m serl_jax.train --llm none --agents N`` runs per market
 (:func:`run_agents_market`): :func:`train_agents`, then :func:`evaluate_agents` of the
@@ -22,8 +24,9 @@ from serl_jax.baselines import twap_policy
 from serl_jax.components.profiling import default_profile
 from serl_jax.config import Config
 from serl_jax.envs.dynamic import DynamicEnvParams
-from serl_jax.envs.execution import default_reward
+from serl_jax.envs.execution import EnvParams, default_reward
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.envs.static_multi_agent import StaticMultiAgentEnv
 from serl_jax.evaluation import MultiAgentRollout, multi_agent_rollout, per_agent_policy
 from serl_jax.experiment import TWAP, TWAP_POV, selection_entry
 from serl_jax.metrics import (
@@ -33,7 +36,7 @@ from serl_jax.metrics import (
     price_advantage,
     shortfall,
 )
-from serl_jax.rl.marl import make_marl_policy, make_marl_trainer
+from serl_jax.rl.marl import StaticMarket, make_marl_policy, make_marl_trainer
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams
 
@@ -52,7 +55,8 @@ class TrainedAgents:
         validation_pa, validation_shortfall: ``[num_seeds]`` those means, bps.
         curves: per-update training metrics, each ``[num_seeds, num_updates]``.
         compile_seconds, train_seconds: compiling, and running the updates of all seeds.
-        env_steps: market minutes simulated over all seeds (agent steps: times N).
+        env_steps: market minutes run over all seeds, both markets in hybrid training
+            (agent steps: times N).
         communication: the communication module trained with the policy, or None.
         validation_rollout: the selected seed's rollout of the validation days (NumPy
             leaves; :func:`~serl_jax.evaluation.multi_agent_rollout` with ``keep_memory``
@@ -104,13 +108,21 @@ def train_agents(
     network: Any = None,
     val_env: MultiAgentExecutionEnv | None = None,
     record_terms: bool = False,
+    static_train_params: EnvParams | None = None,
 ) -> TrainedAgents:
     """Trains ``cfg.run.num_seeds`` seeds of ``cfg.marl.algorithm`` (vmapped, one program)
-    on the training days and keeps the best on validation days.
+    on the training days and keeps the best on validation days (dynamic market).
+
+    With ``cfg.market.mode == "hybrid"`` the agents train on the static market
+    (:class:`~serl_jax.envs.static_multi_agent.StaticMultiAgentEnv` with ``env``'s
+    agents, scenario, reward and profiles, on ``static_train_params``) and the dynamic one
+    at once (:func:`~serl_jax.rl.marl.make_marl_trainer` with ``static``, SE-RL Eq. 5;
+    ``cfg.market``'s weights and ``dynamic_envs``).
 
     Args:
-        cfg: run configuration (``ppo``: ``num_envs`` parallel markets of N agents;
-            ``network``, ``marl``, ``run``, ``loop.score``).
+        cfg: run configuration (``ppo``: ``num_envs`` parallel markets of N agents, the
+            static ones in hybrid training; ``network``, ``marl``, ``market``, ``run``,
+            ``loop.score``).
         env: the multi-agent environment.
         train_params, val_params: dynamic-market parameters of the training and
             validation days.
@@ -125,17 +137,33 @@ def train_agents(
         record_terms: record every agent's reward terms in the validation rollouts
             (:meth:`~serl_jax.envs.multi_agent.MultiAgentExecutionEnv.reward_terms`, in
             ``validation_rollout.recorded``).
+        static_train_params: static-market parameters of the training days (hybrid
+            training only).
 
     Returns:
         A :class:`TrainedAgents`.
+
+    Raises:
+        ValueError: hybrid training without ``static_train_params``.
     """
     if network is None:
         network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
     val_env = env if val_env is None else val_env
     prior = cfg.network.prior()
+    static = None
+    lanes = cfg.ppo.num_envs
+    if cfg.market.mode == "hybrid":
+        if static_train_params is None:
+            raise ValueError("train_agents: market.mode=hybrid needs static_train_params")
+        static_env = StaticMultiAgentEnv(
+            env.num_agents, env.scenario, env.single.reward_fn, env.profile_fn
+        )
+        static = StaticMarket(static_env, static_train_params, cfg.market.hybrid_config())
+        lanes += cfg.market.dynamic_envs
     trainer = make_marl_trainer(
-        cfg.ppo, cfg.marl.trainer_config(), env, train_params, network, prior, communication
-    )
+        cfg.ppo, cfg.marl.trainer_config(), env, train_params, network, prior, communication,
+        static,
+    )  # fmt: skip
     keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), cfg.run.num_seeds)
     train = jax.jit(jax.vmap(trainer.train))
     if progress:
@@ -181,7 +209,7 @@ def train_agents(
         curves={k: np.asarray(v) for k, v in out["metrics"].items()},
         compile_seconds=compile_seconds,
         train_seconds=train_seconds,
-        env_steps=cfg.ppo.num_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * cfg.run.num_seeds,
+        env_steps=cfg.ppo.num_updates * lanes * cfg.ppo.num_steps * cfg.run.num_seeds,
         communication=communication,
         validation_rollout=jax.tree.map(lambda x: x[best], rollouts),
     )
@@ -327,6 +355,7 @@ def agents_entry(
             "agents": n_agents,
             "algorithm": cfg.marl.algorithm,
             "scenario": cfg.marl.scenario,
+            "market_mode": cfg.market.mode,
             "test_days": test_days,
         },
         "selection": selection_entry(cfg, trained),

@@ -473,8 +473,10 @@ class MarlConfig:
 
     Attributes:
         agents: N, the execution agents (1: the single-agent paths). With N > 1,
-            ``--llm none`` trains them in the dynamic market (``market.mode`` must be
-            ``dynamic``) and reports each agent's metrics and the team's.
+            ``--llm none`` trains them in the dynamic market, or in the static and
+            dynamic markets at once (``market.mode`` ``dynamic`` or ``hybrid``; not
+            ``static``), and reports each agent's metrics and the team's in the dynamic
+            market.
         algorithm: ``ippo`` (local critics) or ``mappo`` (a centralized critic).
         scenario: ``independent`` (each agent its own parent order) or ``team`` (one
             parent order shared, trained on the team reward and scored by team PA).
@@ -678,10 +680,10 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
             f"ppo.group_size={cfg.ppo.group_size} must divide "
             f"market.dynamic_envs={cfg.market.dynamic_envs} (sibling lanes in both markets)"
         )
-    if cfg.marl.agents > 1 and cfg.market.mode != "dynamic":
+    if cfg.marl.agents > 1 and cfg.market.mode == "static":
         raise ConfigError(
-            f"marl.agents={cfg.marl.agents}: several agents trade in the dynamic market only; "
-            f"set market.mode=dynamic (--env dynamic), not {cfg.market.mode}"
+            f"marl.agents={cfg.marl.agents}: several agents train in the dynamic or hybrid "
+            "market, not static; set market.mode=dynamic or hybrid"
         )
     if cfg.marl.agents == 1 and set(cfg.loop.modules) & set(MULTI_AGENT_MODULES):
         raise ConfigError(

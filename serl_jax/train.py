@@ -27,13 +27,14 @@ scores its candidates in the static market.)::
 
 That folder is assembled under ``runs/.<name>.incomplete`` and renamed when complete.
 With ``--agents N`` (N > 1) it trains N agents with IPPO or MAPPO in the dynamic market
-instead (:mod:`serl_jax.agents_experiment`; ``marl.profile`` and ``--comm`` /
+(with ``--env hybrid`` in the static and dynamic markets at once) instead
+(:mod:`serl_jax.agents_experiment`; ``marl.profile`` and ``--comm`` /
 ``marl.communication`` name validated profile and communication programs) and reports
 each agent and the team against TWAP and TWAP-POV. Without ``--llm none``, ``--agents N``
 runs the SE-RL loop on N agents: candidates train with IPPO or MAPPO in the dynamic
-market and are scored over every agent's validation orders, and ``--modules`` may add
-``profiling`` (LLM4Profiling) and ``communication`` (LLM4Communication)
-(:mod:`serl_jax.loop.agents_evaluation`).
+market (or both, ``--env hybrid``) and are scored over every agent's validation orders,
+and ``--modules`` may add ``profiling`` (LLM4Profiling) and ``communication``
+(LLM4Communication) (:mod:`serl_jax.loop.agents_evaluation`).
 
 Usage::
 
@@ -408,23 +409,28 @@ def run_agents_market(
     profile_fn: Callable | None = None,
     communication: Any = None,
 ) -> tuple[dict[str, Any], dict[tuple[str, str], ExecutionMetrics]]:
-    """Trains ``cfg.marl.agents`` agents on one market, scores them on test days against
-    every agent running TWAP, and writes the checkpoint into ``out_dir``.
+    """Trains ``cfg.marl.agents`` agents on one market (in the dynamic market, or with
+    ``market.mode`` ``hybrid`` in the static and dynamic markets at once), scores them on
+    test days of the dynamic market against every agent running TWAP, and writes the
+    checkpoint into ``out_dir``.
 
     Returns:
         The market's entry of ``metrics.json`` (:func:`serl_jax.agents_experiment.agents_entry`)
         and the table rows (per agent, and the team's in the team scenario).
     """
     env = make_agents_env(cfg, profile_fn)
-    params = {
-        split: dynamic_env_params(
-            cfg, market, cfg.env_params(MarketData.from_episodes(splits.split(split))),
-            splits.stats,
-        )
+    static = {
+        split: cfg.env_params(MarketData.from_episodes(splits.split(split)))
         for split in ("train", "val", "test")
-    }  # fmt: skip
-    label = f"{cfg.marl.algorithm.upper()} {splits.name}"
-    trained = train_agents(cfg, env, params["train"], params["val"], progress, label, communication)
+    }
+    params = {
+        split: dynamic_env_params(cfg, market, p, splits.stats) for split, p in static.items()
+    }
+    label = f"{cfg.marl.algorithm.upper()} {splits.name} {cfg.market.mode}"
+    trained = train_agents(
+        cfg, env, params["train"], params["val"], progress, label, communication,
+        static_train_params=static["train"] if cfg.market.mode == "hybrid" else None,
+    )  # fmt: skip
     name = f"PPO-{cfg.marl.algorithm}" + ("-comm" if communication is not None else "")
     policy = make_marl_policy(
         trained.network, cfg.ppo.normalize_obs, cfg.network.prior(), communication
@@ -437,7 +443,7 @@ def run_agents_market(
             "config": cfg.to_dict(),
             "obs_size": env.observation_size(params["train"]) + cfg.marl.agents,
             "market": splits.name,
-            "market_mode": "dynamic",
+            "market_mode": cfg.market.mode,
             "agents": cfg.marl.agents,
             "communication": cfg.marl.communication,
             "selected_seed": trained.selected_seed,
@@ -456,7 +462,8 @@ def run_agents_market(
 
 def train_agents_markets(cfg: Config, config_name: str, quiet: bool) -> int:
     """N agents (IPPO or MAPPO) on every market of ``cfg.data.markets`` (``--llm none
-    --agents N``), in the dynamic market; the run folder as :func:`train_ppo`'s."""
+    --agents N``), in the dynamic or hybrid market (``market.mode``); the run folder as
+    :func:`train_ppo`'s."""
     try:
         _, profile_fn = validated_program(cfg.marl.profile, "profiling", "marl.profile")
         _, communication = validated_program(
@@ -630,8 +637,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--agents",
         type=int,
-        help="N execution agents in the dynamic market (default: marl.agents, 1); with "
-        "N > 1 and no --env the market is dynamic",
+        help="N execution agents (default: marl.agents, 1); with N > 1 they train in the "
+        "dynamic market (no --env) or with --env hybrid in both markets",
     )
     parser.add_argument(
         "--marl", choices=["ippo", "mappo"], help="multi-agent PPO (default: marl.algorithm)"
@@ -663,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         "marl.agents": args.agents, "marl.algorithm": args.marl, "marl.scenario": args.scenario,
     }  # fmt: skip
     if args.agents is not None and args.agents > 1 and args.env is None:
-        flags["market.mode"] = "dynamic"  # the agents meet in the dynamic market only
+        flags["market.mode"] = "dynamic"  # the agents' default market (--env hybrid: both)
     overrides = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     if args.data is not None:
         overrides += [

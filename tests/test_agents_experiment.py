@@ -114,20 +114,24 @@ def test_recorded_reward_terms_are_each_agents_reward(params):
 
 @pytest.mark.slow
 def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
-    """``--llm none --agents 2 --marl mappo --scenario team --comm`` on the US sample
-    (tiny): metrics.json holds 2 agent entries (TWAP, TWAP-POV and PPO-mappo-comm, each
-    with its impact), the team's metrics and the spread; the table has a row per agent
-    and team; the checkpoint keeps the message module's parameters."""
+    """``--llm none --agents 2 --marl mappo --scenario team --comm --env hybrid`` on the US
+    sample (tiny): metrics.json holds 2 agent entries (TWAP, TWAP-POV and PPO-mappo-comm,
+    each with its impact), the team's metrics and the spread; the table has a row per
+    agent and team; the checkpoint keeps the message module's parameters; the steps of
+    both markets (``ppo.num_envs`` static and ``market.dynamic_envs`` dynamic lanes) are
+    counted."""
     code = train.main(
         ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min",
-         "--llm", "none", "--agents", "2", "--marl", "mappo", "--scenario", "team", "--comm"]
+         "--llm", "none", "--agents", "2", "--marl", "mappo", "--scenario", "team", "--comm",
+         "--env", "hybrid"]
     )  # fmt: skip
     assert code == 0
     (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     entry = json.loads((run_dir / "metrics.json").read_text())["markets"]["us_1min"]
     names = {"TWAP", "TWAP-POV", "PPO-mappo-comm"}
     assert entry["agents_setup"] == {
-        "agents": 2, "algorithm": "mappo", "scenario": "team", "test_days": 4
+        "agents": 2, "algorithm": "mappo", "scenario": "team", "market_mode": "hybrid",
+        "test_days": 4,
     }  # fmt: skip
     assert [a["agent"] for a in entry["agents"]] == [0, 1]
     for agent in entry["agents"]:
@@ -143,9 +147,11 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
     pa = [a["policies"]["TWAP"]["PA"]["value"] for a in entry["agents"]]
     assert spread["TWAP"] == pytest.approx(max(pa) - min(pa))
     assert entry["timing"]["agent_steps"] == 2 * entry["timing"]["env_steps"]
+    assert entry["timing"]["env_steps"] == 4 * (16 + 4) * 32 * 2  # updates x lanes x steps x seeds
     checkpoint = run_dir / "us_1min" / "checkpoint"
     meta = json.loads((checkpoint / "policy.json").read_text())
     assert meta["communication"] == "linear_message" and meta["agents"] == 2
+    assert meta["market_mode"] == "hybrid"
     params = msgpack_restore((checkpoint / "policy.msgpack").read_bytes())
     assert set(params["params"]) == {"actor", "critic", "communication"}
     table = (run_dir / "results.txt").read_text()
@@ -156,7 +162,7 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--llm", "none", "--agents", "2", "--env", "hybrid"], "dynamic market only"),
+        (["--llm", "none", "--agents", "2", "--env", "static"], "dynamic or hybrid market"),
         (["--llm", "offline", "--modules", "profiling"], "set marl.agents > 1"),
         (
             ["--llm", "offline", "--agents", "2", "--modules", "imagination", "imagine.ratio=0.5"],

@@ -39,13 +39,13 @@ def test_overrides_are_typed_and_applied():
         ("novalue", "expected section.key=value"),
         ("marl.algorithm=qmix", "marl.algorithm: expected one of"),
         ("marl.scenario=cartel", "marl.scenario: expected one of"),
-        ("marl.agents=3", "several agents trade in the dynamic market only"),
+        ("marl.agents=3 market.mode=static", "not static; set market.mode=dynamic or hybrid"),
         ("marl.critic_hidden_sizes=[]", "marl.critic_hidden_sizes must be positive"),
     ],
 )
 def test_bad_values_give_one_line_errors(override, message):
     with pytest.raises(ConfigError) as err:
-        load_config(None, [override])
+        load_config(None, override.split())  # space-separated overrides
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 

@@ -19,9 +19,17 @@ from serl_jax.envs.dynamic import DynamicEnvParams
 from serl_jax.envs.execution import EnvParams, twap_action_prior
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.envs.static_multi_agent import StaticMultiAgentEnv
 from serl_jax.market.calibrate import load_market_params
 from serl_jax.rl.distributions import LogitNormal
-from serl_jax.rl.marl import MARLConfig, joint_observation, make_marl_trainer, with_agent_ids
+from serl_jax.rl.hybrid import HybridConfig
+from serl_jax.rl.marl import (
+    MARLConfig,
+    StaticMarket,
+    joint_observation,
+    make_marl_trainer,
+    with_agent_ids,
+)
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.ppo import PPOConfig
@@ -222,6 +230,17 @@ def test_a_message_carrying_a_private_signal_helps():
 # ------------------------------------------------------------ the execution env
 
 
+def _waiting_profile(key, i, n, params):
+    """Agent 0 trades minutes 0-9, agent 1 minutes 5-14 (a sell of Q each)."""
+    return AgentProfile(
+        side=jnp.float32(1.0),
+        quantity=jnp.float32(1.0),
+        start=jnp.where(i == 0, 0, 5).astype(jnp.int32),
+        window_len=jnp.int32(10),
+        urgency=jnp.float32(0.0),
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm, talking", [("ippo", False), ("mappo", True)])
 def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm, talking):
@@ -233,16 +252,7 @@ def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm
     static = EnvParams(data=data)
     params = DynamicEnvParams.from_static(static, cn_market.stats, load_market_params(MARKET_YAML))
 
-    def profile(key, i, n, params):
-        return AgentProfile(
-            side=jnp.float32(1.0),
-            quantity=jnp.float32(1.0),
-            start=jnp.where(i == 0, 0, 5).astype(jnp.int32),
-            window_len=jnp.int32(10),
-            urgency=jnp.float32(0.0),
-        )
-
-    env = MultiAgentExecutionEnv(2, profile_fn=profile)
+    env = MultiAgentExecutionEnv(2, profile_fn=_waiting_profile)
     config = PPOConfig(
         num_envs=4, num_steps=15, total_timesteps=60, num_minibatches=2, group_size=2
     )
@@ -260,3 +270,42 @@ def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm
     assert metrics["active_share"] == pytest.approx(20 / 30)
     assert metrics["agent_episodes"] == 8  # 4 markets x 2 agents
     assert np.isfinite(metrics["order_pa"]) and np.isfinite(metrics["total_loss"])
+
+
+@pytest.mark.parametrize("algorithm, talking", [("ippo", False), ("mappo", True)])
+def test_hybrid_marl_trains_on_both_markets(cn_market, algorithm, talking):
+    """Hybrid IPPO / MAPPO (with messages): two updates on 4 static and 2 dynamic
+    markets of the waiting-agents profiles: every order of both markets finishes, the
+    active share is 20 of 30 agent-steps in both, the metrics are finite and the weights
+    sum to 1 inside [min_weight, 1 - min_weight], adapted after the first update."""
+    data = jax.tree.map(lambda x: x[np.asarray([0, 10])], MarketData.from_episodes(cn_market.test))
+    static = EnvParams(data=data)
+    params = DynamicEnvParams.from_static(static, cn_market.stats, load_market_params(MARKET_YAML))
+    config = PPOConfig(
+        num_envs=4, num_steps=15, total_timesteps=120, num_minibatches=2, group_size=2
+    )
+    hybrid = HybridConfig(dynamic_envs=2, alpha_init=0.5, min_weight=0.1)
+    trainer = make_marl_trainer(
+        config,
+        MARLConfig(algorithm),
+        MultiAgentExecutionEnv(2, profile_fn=_waiting_profile),
+        params,
+        make_network((16,)),
+        twap_action_prior,
+        communication=Message() if talking else None,
+        static=StaticMarket(StaticMultiAgentEnv(2, profile_fn=_waiting_profile), static, hybrid),
+    )
+    metrics = jax.tree.map(np.asarray, jax.jit(trainer.train)(jax.random.key(0))["metrics"])
+    assert metrics["alpha"].shape == (2,) and metrics["alpha"][0] == pytest.approx(0.5)
+    np.testing.assert_allclose(metrics["alpha"] + metrics["beta"], 1.0, rtol=1e-6)
+    assert ((metrics["alpha"] >= 0.1 - 1e-6) & (metrics["alpha"] <= 0.9 + 1e-6)).all()
+    assert metrics["alpha"][1] != metrics["alpha"][0]  # adapted to the first update's losses
+    np.testing.assert_array_equal(metrics["agent_episodes"], 12)  # (4 + 2) markets x 2 agents
+    np.testing.assert_allclose(metrics["active_share"], 20 / 30, rtol=1e-6)
+    for name, values in metrics.items():
+        assert np.isfinite(values).all(), name
+    with pytest.raises(ValueError, match="static market has 3 agents, dynamic 2"):
+        make_marl_trainer(
+            config, MARLConfig(algorithm), MultiAgentExecutionEnv(2), params,
+            make_network((16,)), static=StaticMarket(StaticMultiAgentEnv(3), static, hybrid),
+        )  # fmt: skip

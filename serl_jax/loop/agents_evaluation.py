@@ -149,10 +149,14 @@ def evaluate_agents_program(
             cfg = dataclasses.replace(cfg, network=cfg.network.for_network(network))
             env = make_agents_env(cfg, profile_fn or evaluation_profile_fn, reward_fn)
             val_env = make_agents_env(cfg, evaluation_profile_fn, reward_fn)
+            static_train = (
+                cfg.env_params(MarketData.from_episodes(splits.split("train")))
+                if cfg.market.mode == "hybrid" else None
+            )  # fmt: skip
             trained = train_agents(
                 cfg, env, params["train"], params["val"], progress=False,
                 communication=communication, network=network, val_env=val_env,
-                record_terms=True,
+                record_terms=True, static_train_params=static_train,
             )  # fmt: skip
         except Exception as e:  # noqa: BLE001 - any failure of candidate code is its score
             return _failed(f"training failed: {type(e).__name__}: {e}", t_start)
@@ -258,7 +262,7 @@ def _score(
                 "config": cfg.to_dict(),
                 "obs_size": obs_size,
                 "market": splits.name,
-                "market_mode": "dynamic",
+                "market_mode": cfg.market.mode,
                 "agents": cfg.marl.agents,
                 "selected_seed": trained.selected_seed,
                 "validation_pa": [float(v) for v in trained.validation_pa],

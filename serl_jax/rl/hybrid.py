@@ -148,6 +148,64 @@ def adapt_weights(
     return alpha, 1.0 - alpha
 
 
+def check_lanes(config: PPOConfig, hybrid: HybridConfig) -> None:
+    """Checks that the dynamic market's lanes split into minibatches and sibling groups.
+
+    Raises:
+        ValueError: if ``hybrid.dynamic_envs * config.num_steps`` is not divisible by
+            ``config.num_minibatches``, or ``hybrid.dynamic_envs`` not by
+            ``config.group_size``.
+    """
+    if (hybrid.dynamic_envs * config.num_steps) % config.num_minibatches:
+        raise ValueError(
+            f"ppo.num_minibatches={config.num_minibatches} must divide "
+            f"hybrid.dynamic_envs*ppo.num_steps={hybrid.dynamic_envs * config.num_steps}"
+        )
+    if hybrid.dynamic_envs % config.group_size:
+        raise ValueError(
+            f"ppo.group_size={config.group_size} must divide "
+            f"market.dynamic_envs={hybrid.dynamic_envs}"
+        )
+
+
+def weighted_loss(loss_fn, alpha: jnp.ndarray, beta: jnp.ndarray):
+    """The hybrid loss ``α L_s + β L_d`` (SE-RL Eq. 5) of one market's loss.
+
+    Args:
+        loss_fn: ``(params, minibatch) -> (L, stats)``, float32 scalars (one market's
+            PPO loss, e.g. :func:`serl_jax.rl.ppo.ppo_loss`).
+        alpha, beta: float32 scalars, this update's weights (constants of the gradient).
+
+    Returns:
+        ``(params, (minibatch_static, minibatch_dynamic)) -> (α L_s + β L_d, stats)``
+        for :func:`serl_jax.rl.ppo.run_epochs`: each stat ``α x_s + β x_d``, plus
+        ``loss_static`` ``L_s`` and ``loss_dynamic`` ``L_d``.
+    """
+
+    def loss(params, minibatches):
+        mb_s, mb_d = minibatches
+        loss_s, stats_s = loss_fn(params, mb_s)
+        loss_d, stats_d = loss_fn(params, mb_d)
+        stats = {k: alpha * stats_s[k] + beta * stats_d[k] for k in stats_s}
+        stats["loss_static"], stats["loss_dynamic"] = loss_s, loss_d
+        return alpha * loss_s + beta * loss_d, stats
+
+    return loss
+
+
+def next_weights(
+    hybrid: HybridConfig, alpha: jnp.ndarray, beta: jnp.ndarray, metrics: dict[str, jnp.ndarray]
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The next update's ``(α, β)``: :func:`adapt_weights` of this update's mean
+    ``metrics["loss_static"]`` and ``metrics["loss_dynamic"]`` with ``hybrid.adapt``,
+    else unchanged."""
+    if not hybrid.adapt:
+        return alpha, beta
+    return adapt_weights(
+        alpha, beta, metrics["loss_static"], metrics["loss_dynamic"], hybrid.min_weight
+    )
+
+
 def make_hybrid_trainer(
     config: PPOConfig,
     hybrid: HybridConfig,
@@ -188,16 +246,7 @@ def make_hybrid_trainer(
             ``config.num_minibatches``, ``hybrid.dynamic_envs`` not by
             ``config.group_size``, or the two markets' observation sizes differ.
     """
-    if (hybrid.dynamic_envs * config.num_steps) % config.num_minibatches:
-        raise ValueError(
-            f"ppo.num_minibatches={config.num_minibatches} must divide "
-            f"hybrid.dynamic_envs*ppo.num_steps={hybrid.dynamic_envs * config.num_steps}"
-        )
-    if hybrid.dynamic_envs % config.group_size:
-        raise ValueError(
-            f"ppo.group_size={config.group_size} must divide "
-            f"market.dynamic_envs={hybrid.dynamic_envs}"
-        )
+    check_lanes(config, hybrid)
     obs_size = static_env.observation_space(static_params).shape[0]
     dynamic_obs_size = dynamic_env.observation_space(dynamic_params).shape[0]
     if dynamic_obs_size != obs_size:
@@ -234,24 +283,12 @@ def make_hybrid_trainer(
             dynamic_env, dynamic_params, params, obs_stats, runner.dynamic, key
         )
 
-        def loss_fn(params, minibatches):
-            mb_s, mb_d = minibatches
-            loss_s, stats_s = ppo_loss(config, network, params, mb_s)
-            loss_d, stats_d = ppo_loss(config, network, params, mb_d)
-            stats = {k: alpha * stats_s[k] + beta * stats_d[k] for k in stats_s}
-            stats["loss_static"], stats["loss_dynamic"] = loss_s, loss_d
-            return alpha * loss_s + beta * loss_d, stats
-
+        loss_fn = weighted_loss(functools.partial(ppo_loss, config, network), alpha, beta)
         train_state, key, losses = run_epochs(
             config, runner.train_state, key, (batch_s, batch_d), loss_fn
         )
         metrics = {k: v.mean() for k, v in losses.items()}
-        if hybrid.adapt:
-            next_alpha, next_beta = adapt_weights(
-                alpha, beta, metrics["loss_static"], metrics["loss_dynamic"], hybrid.min_weight
-            )
-        else:
-            next_alpha, next_beta = alpha, beta
+        next_alpha, next_beta = next_weights(hybrid, alpha, beta, metrics)
         metrics.update(episode_metrics(jax.tree.map(jnp.add, episodes_s, episodes_d)))
         metrics["order_pa_static"] = episode_metrics(episodes_s)["order_pa"]
         metrics["order_pa_dynamic"] = episode_metrics(episodes_d)["order_pa"]

@@ -29,6 +29,12 @@ GAE (:func:`~serl_jax.rl.ppo.calculate_gae`) runs per agent. Steps an agent did 
 ``done`` is set so no advantage leaks across them. With ``MARLConfig.team_reward`` every
 agent is trained on the team reward (``info["team_reward"]``, the cooperative setting of
 the ``team`` scenario).
+
+Hybrid training (``make_marl_trainer(..., static=StaticMarket(...))``): the same agents
+train on the static market (:class:`~serl_jax.envs.static_multi_agent.StaticMultiAgentEnv`,
+replayed bars no order moves) and the dynamic one at once, minimizing SE-RL's (Eq. 5)
+``α L_static + β L_dynamic`` with the weights of :mod:`serl_jax.rl.hybrid`, one network
+(+ critic, + message module) and one observation normalizer for both.
 """
 
 from __future__ import annotations
@@ -44,13 +50,16 @@ from flax.training.train_state import TrainState
 
 from serl_jax.components.communication import message_size
 from serl_jax.rl.distributions import LogitNormal
+from serl_jax.rl.hybrid import HybridConfig, check_lanes, next_weights, weighted_loss
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.ppo import (
     ActionPrior,
+    EpisodeSums,
     PPOConfig,
     Trainer,
     assemble_trainer,
     calculate_gae,
+    episode_metrics,
     lane_keys,
     make_optimizer,
     no_action_prior,
@@ -157,17 +166,85 @@ class MABatch(NamedTuple):
     targets: jnp.ndarray
 
 
-class MARunnerState(NamedTuple):
-    """Everything carried from one update to the next (``obs`` raw ``[E, N, D]``)."""
+class MALanes(NamedTuple):
+    """The E parallel markets of one environment between rollouts.
 
-    train_state: TrainState
+    Attributes:
+        env_state: the markets' states (leading axis ``[E]``).
+        obs: ``float32[E, N, D]`` raw (unnormalized) current observations.
+        observing: ``bool[E, N]`` the observations that are real (normalizer mask).
+        senders: ``float32[E, N, D]`` the normalized observations the agents' next
+            messages come from (zeros at an episode's first step).
+        episode_return: ``float32[E, N]`` each agent's reward summed so far in its order.
+    """
+
     env_state: Any
     obs: jnp.ndarray
     observing: jnp.ndarray
     senders: jnp.ndarray
-    obs_stats: RunningStats
     episode_return: jnp.ndarray
+
+
+class MARunnerState(NamedTuple):
+    """Everything carried from one update to the next.
+
+    Attributes:
+        train_state: the shared network(s) and their optimizer.
+        obs_stats: the observation normalizer (fed by every market).
+        lanes: the markets of ``env`` (the dynamic market).
+        key: PRNG key.
+        static: hybrid training only: the static markets; else None.
+        alpha, beta: hybrid training only: float32 scalars, the weights the next update
+            uses; else None.
+    """
+
+    train_state: TrainState
+    obs_stats: RunningStats
+    lanes: MALanes
     key: jax.Array
+    static: MALanes | None = None
+    alpha: jnp.ndarray | None = None
+    beta: jnp.ndarray | None = None
+
+
+class AgentEpisodeSums(NamedTuple):
+    """Sums over one rollout of one market.
+
+    Attributes:
+        episodes: the agents' orders that finished (each agent's order one episode).
+        active: float32 scalar, agent-steps trained on.
+        steps: float32 scalar, all agent-steps.
+    """
+
+    episodes: EpisodeSums
+    active: jnp.ndarray
+    steps: jnp.ndarray
+
+
+def agent_metrics(sums: AgentEpisodeSums) -> dict[str, jnp.ndarray]:
+    """Float32 scalars ``agent_episodes``, ``episode_return`` and ``order_pa`` (bps; means
+    over the finished orders, NaN if none) and ``active_share``."""
+    metrics = episode_metrics(sums.episodes)
+    metrics["agent_episodes"] = metrics.pop("episodes")
+    metrics["active_share"] = sums.active / sums.steps
+    return metrics
+
+
+class StaticMarket(NamedTuple):
+    """The static half of hybrid multi-agent training (:func:`make_marl_trainer`).
+
+    Attributes:
+        env: the static multi-agent environment
+            (:class:`~serl_jax.envs.static_multi_agent.StaticMultiAgentEnv`), same agents
+            and observation size as the dynamic one.
+        params: its :class:`~serl_jax.envs.execution.EnvParams`.
+        hybrid: the dynamic lane count and the loss-weight rule
+            (:class:`~serl_jax.rl.hybrid.HybridConfig`).
+    """
+
+    env: Any
+    params: Any
+    hybrid: HybridConfig
 
 
 def make_marl_trainer(
@@ -178,13 +255,23 @@ def make_marl_trainer(
     network: nn.Module,
     action_prior: ActionPrior = no_action_prior,
     communication: nn.Module | None = None,
+    static: StaticMarket | None = None,
 ) -> Trainer:
-    """Builds IPPO or MAPPO for a multi-agent environment.
+    """Builds IPPO or MAPPO for a multi-agent environment, or for two at once (hybrid).
+
+    Hybrid (``static`` given): one policy (and critic, and message module) trains on the
+    static market and the dynamic one ``env`` at once, minimizing ``α L_s + β L_d`` at
+    every minibatch step with ``α, β`` adapted between updates (SE-RL Eq. 5, exactly as
+    single-agent :mod:`serl_jax.rl.hybrid`: :func:`~serl_jax.rl.hybrid.weighted_loss`,
+    :func:`~serl_jax.rl.hybrid.next_weights`); each market is rolled out and has GAE
+    and advantage normalization on its own; one observation normalizer is fed by both.
 
     Args:
         config: PPO hyper-parameters; ``num_envs`` is the number of parallel markets E
-            (each with N agents), ``group_size`` groups markets that reset and step with
-            one key (sibling baseline across markets, per agent).
+            (each with N agents) of ``env``, or in hybrid training of the static market
+            (the dynamic one has ``static.hybrid.dynamic_envs``), ``group_size`` groups
+            markets that reset and step with one key (sibling baseline across markets,
+            per agent).
         marl: the algorithm (:class:`MARLConfig`).
         env: a multi-agent environment with ``num_agents``, ``observation_size(params)``,
             ``reset(key, params) -> (obs [N, D], state)`` and ``step(key, state,
@@ -200,21 +287,41 @@ def make_marl_trainer(
         action_prior: raw agent observation ``[..., D]`` -> reference action logit.
         communication: the communication slot, a flax module ``[..., D] -> [..., M]``
             (module docstring), trained with the policy; None: no messages.
+        static: the static market of hybrid training (:class:`StaticMarket`); None: train
+            on ``env`` only.
 
     Returns:
-        A :class:`~serl_jax.rl.ppo.Trainer`. Per-update metrics (float32 scalars):
-        ``agent_episodes`` (agents' orders finished in the rollout), ``episode_return``
-        and ``order_pa`` (bps; means over them, NaN if none), the loss statistics of
-        :func:`~serl_jax.rl.ppo.ppo_loss` and ``active_share`` (share of agent-steps
-        trained on).
+        A :class:`~serl_jax.rl.ppo.Trainer` over :class:`MARunnerState`. Per-update
+        metrics (float32 scalars): ``agent_episodes`` (agents' orders finished in the
+        rollout), ``episode_return`` and ``order_pa`` (bps; means over them, NaN if
+        none), the loss statistics of :func:`~serl_jax.rl.ppo.ppo_loss` and
+        ``active_share`` (share of agent-steps trained on), over both markets in hybrid
+        training (the loss statistics ``α x_s + β x_d``), which adds ``alpha`` and
+        ``beta`` (the weights of this update), ``loss_static`` and ``loss_dynamic``
+        (mean per-market losses) and ``order_pa_static`` and ``order_pa_dynamic`` (bps;
+        NaN if no order of that market finished).
+
+    Raises:
+        ValueError: in hybrid training, if the static market's agent count or
+            observation size differs from ``env``'s, or its lanes do not split
+            (:func:`~serl_jax.rl.hybrid.check_lanes`).
     """
     n_agents = env.num_agents
     obs_size = env.observation_size(env_params)
     critic = CentralCritic(tuple(marl.critic_hidden_sizes))
     central = marl.algorithm == "mappo"
     tx = make_optimizer(config)
-    step_batch = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-    reset_batch = jax.vmap(env.reset, in_axes=(0, None))
+    dynamic_envs = config.num_envs
+    if static is not None:
+        check_lanes(config, static.hybrid)
+        dynamic_envs = static.hybrid.dynamic_envs
+        if static.env.num_agents != n_agents:
+            raise ValueError(
+                f"static market has {static.env.num_agents} agents, dynamic {n_agents}"
+            )
+        static_size = static.env.observation_size(static.params)
+        if static_size != obs_size:
+            raise ValueError(f"static market observation size {static_size} != dynamic {obs_size}")
 
     n_message = 0 if communication is None else message_size(communication, obs_size)
 
@@ -238,6 +345,18 @@ def make_marl_trainer(
     def normalize(stats, obs):
         return stats.normalize(obs) if config.normalize_obs else obs
 
+    def reset(market_env, market_params, key, num_envs) -> MALanes:
+        """``num_envs`` fresh markets (keys from :func:`~serl_jax.rl.ppo.lane_keys`)."""
+        keys = lane_keys(key, num_envs, config.group_size)
+        obs, env_state = jax.vmap(market_env.reset, in_axes=(0, None))(keys, market_params)
+        observing = jnp.any(obs != 0, axis=-1)
+        zeros = jnp.zeros((num_envs, n_agents), jnp.float32)
+        senders = jnp.zeros_like(obs)  # nothing was said before the first step
+        return MALanes(env_state, obs, observing, senders, zeros)
+
+    def observe(stats, lanes: MALanes) -> RunningStats:
+        return stats.update(lanes.obs.reshape(-1, obs_size), lanes.observing.reshape(-1))
+
     def init(key: jax.Array) -> MARunnerState:
         key, key_actor, key_critic, key_comm, key_env = jax.random.split(key, 5)
         actor_size = obs_size + n_agents + n_message
@@ -249,18 +368,28 @@ def make_marl_trainer(
             joint_size = n_agents * obs_size + n_agents
             params["critic"] = critic.init(key_critic, jnp.zeros((joint_size,), jnp.float32))
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
-        keys = lane_keys(key_env, config.num_envs, config.group_size)
-        obs, env_state = reset_batch(keys, env_params)
-        observing = jnp.any(obs != 0, axis=-1)
-        stats = RunningStats.create(obs_size).update(
-            obs.reshape(-1, obs_size), observing.reshape(-1)
+        lanes = reset(env, env_params, key_env, dynamic_envs)
+        stats = observe(RunningStats.create(obs_size), lanes)
+        if static is None:
+            return MARunnerState(train_state, stats, lanes, key)
+        key_static = jax.random.fold_in(key_env, 1)
+        static_lanes = reset(static.env, static.params, key_static, config.num_envs)
+        alpha = jnp.float32(static.hybrid.alpha_init)
+        return MARunnerState(
+            train_state, observe(stats, static_lanes), lanes, key, static_lanes, alpha, 1.0 - alpha
         )
-        zeros = jnp.zeros((config.num_envs, n_agents), jnp.float32)
-        senders = jnp.zeros_like(obs)  # nothing was said before the first step
-        return MARunnerState(train_state, env_state, obs, observing, senders, stats, zeros, key)
 
-    def rollout(runner: MARunnerState):
-        params = runner.train_state.params
+    def rollout(market_env, market_params, params, stats, lanes: MALanes, key):
+        """``config.num_steps`` steps of every market of ``lanes``, then GAE per agent.
+
+        Returns:
+            ``(lanes, stats, key, batch, sums)``: ``batch`` an :class:`MABatch` with
+            ``[num_steps, E * N]`` leading axes (the actor's inputs with the agent ids,
+            so flat minibatch rows are self-contained), ``sums`` its
+            :class:`AgentEpisodeSums`.
+        """
+        num_envs = lanes.obs.shape[0]
+        step_batch = jax.vmap(market_env.step, in_axes=(0, 0, 0, None))
 
         def _env_step(carry, _):
             env_state, obs, observing, senders, stats, episode_return, key = carry
@@ -270,9 +399,9 @@ def make_marl_trainer(
             prior_logit = action_prior(obs)
             dist = LogitNormal.from_logits(logits, prior_logit)
             action = dist.sample(key_act)
-            step_keys = lane_keys(key_step, config.num_envs, config.group_size)
+            step_keys = lane_keys(key_step, num_envs, config.group_size)
             next_obs, env_state, reward, terminated, truncated, info = step_batch(
-                step_keys, env_state, LogitNormal.action(action), env_params
+                step_keys, env_state, LogitNormal.action(action), market_params
             )
             active = info.get("active", jnp.ones_like(terminated))
             next_observing = info.get("observing", jnp.ones_like(terminated))
@@ -314,13 +443,13 @@ def make_marl_trainer(
             return carry, (transition, finished)
 
         carry = (
-            runner.env_state,
-            runner.obs,
-            runner.observing,
-            runner.senders,
-            runner.obs_stats,
-            runner.episode_return,
-            runner.key,
+            lanes.env_state,
+            lanes.obs,
+            lanes.observing,
+            lanes.senders,
+            stats,
+            lanes.episode_return,
+            key,
         )
         carry, (traj, (ended, returns, order_pa)) = jax.lax.scan(
             _env_step, carry, None, config.num_steps
@@ -335,30 +464,27 @@ def make_marl_trainer(
         advantages = jnp.moveaxis(
             sibling_baseline(jnp.moveaxis(advantages, 1, -1), config.group_size), -1, 1
         )
-        count = ended.sum()
-
-        def mean_or_nan(total):
-            return jnp.where(count > 0, total / count, jnp.nan)
-
-        episode_stats = {
-            "agent_episodes": count.astype(jnp.float32),
-            "episode_return": mean_or_nan((returns * ended).sum()),
-            "order_pa": mean_or_nan((order_pa * ended).sum()),
-            "active_share": traj.mask.mean(),
-        }
-        runner = runner._replace(
-            env_state=env_state,
-            obs=obs,
-            observing=observing,
-            senders=senders,
-            obs_stats=stats,
-            episode_return=episode_return,
-            key=key,
+        sums = AgentEpisodeSums(
+            episodes=EpisodeSums(
+                count=ended.sum(),
+                episode_return=(returns * ended).sum(),
+                order_pa=(order_pa * ended).sum(),
+            ),
+            active=traj.mask.sum().astype(jnp.float32),
+            steps=jnp.float32(traj.mask.size),
         )
-        return runner, MABatch(traj, advantages, targets), episode_stats
+        lanes = MALanes(env_state, obs, observing, senders, episode_return)
+        # the actor's inputs with the agent ids, so flat minibatch rows are self-contained
+        traj = traj._replace(obs=with_agent_ids(traj.obs))
 
-    def loss_fn(params, minibatches):
-        (minibatch,) = minibatches
+        def flatten(x):  # [T, E, N, ...] -> [T, E * N, ...]
+            return x.reshape((x.shape[0], x.shape[1] * x.shape[2]) + x.shape[3:])
+
+        batch = jax.tree.map(flatten, MABatch(traj, advantages, targets))
+        return lanes, stats, key, batch, sums
+
+    def market_loss(params, minibatch):
+        """One market's masked PPO loss of a flat minibatch."""
         t = minibatch.traj
         logits, value = evaluate_flat(params, t)
         dist = LogitNormal.from_logits(logits, t.prior_logit)
@@ -380,20 +506,37 @@ def make_marl_trainer(
         return logits, critic.apply(params["critic"], t.joint)
 
     def update(runner: MARunnerState):
-        runner, batch, episode_stats = rollout(runner)
-        # the actor's inputs with the agent ids, so flat minibatch rows are self-contained
-        traj = batch.traj._replace(obs=with_agent_ids(batch.traj.obs))
-
-        def flatten(x):  # [T, E, N, ...] -> [T, E * N, ...]
-            return x.reshape((x.shape[0], x.shape[1] * x.shape[2]) + x.shape[3:])
-
-        flat = jax.tree.map(flatten, MABatch(traj, batch.advantages, batch.targets))
+        params = runner.train_state.params
+        lanes, stats, key, batch, sums = rollout(
+            env, env_params, params, runner.obs_stats, runner.lanes, runner.key
+        )
+        if static is None:
+            train_state, key, losses = run_epochs(
+                config, runner.train_state, key, (batch,), lambda p, mb: market_loss(p, mb[0])
+            )
+            metrics = {k: v.mean() for k, v in losses.items()}
+            metrics.update(agent_metrics(sums))
+            runner = MARunnerState(train_state, stats, lanes, key)
+            return runner, metrics
+        static_lanes, stats, key, batch_s, sums_s = rollout(
+            static.env, static.params, params, stats, runner.static, key
+        )
+        alpha, beta = runner.alpha, runner.beta
         train_state, key, losses = run_epochs(
-            config, runner.train_state, runner.key, (flat,), loss_fn
+            config,
+            runner.train_state,
+            key,
+            (batch_s, batch),
+            weighted_loss(market_loss, alpha, beta),
         )
         metrics = {k: v.mean() for k, v in losses.items()}
-        metrics.update(episode_stats)
-        return runner._replace(train_state=train_state, key=key), metrics
+        next_alpha, next_beta = next_weights(static.hybrid, alpha, beta, metrics)
+        metrics.update(agent_metrics(jax.tree.map(jnp.add, sums_s, sums)))
+        metrics["order_pa_static"] = agent_metrics(sums_s)["order_pa"]
+        metrics["order_pa_dynamic"] = agent_metrics(sums)["order_pa"]
+        metrics["alpha"], metrics["beta"] = alpha, beta
+        runner = MARunnerState(train_state, stats, lanes, key, static_lanes, next_alpha, next_beta)
+        return runner, metrics
 
     return assemble_trainer(init, update, config.num_updates)
 
