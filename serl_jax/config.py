@@ -194,7 +194,9 @@ class LoopConfig:
             uses 50).
         min_iterations: outer iterations before the convergence test may stop the loop.
         candidates: K, candidates proposed per iteration, split round-robin over ``modules``.
-        modules: the slots the designer writes: ``reward``, ``network`` (the default),
+        modules: the slots the designer writes: ``reward``, ``network`` (the default;
+            with ``marl.agents > 1`` and no ``modules`` given, ``profiling`` and
+            ``communication`` too),
             ``imagination`` (LLM4Imagine: a program whose imagined days make up
             ``imagine.ratio`` of the training episodes; needs ``imagine.ratio > 0``; one
             agent only) and, with ``marl.agents > 1``, ``profiling`` (LLM4Profiling: the
@@ -663,6 +665,19 @@ _SECTIONS = {
 }
 
 
+def _multi_agent_modules(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """With several agents (``marl.agents > 1``) and no ``loop.modules`` given, the loop
+    designs the multi-agent modules too: ``reward, network, profiling, communication``."""
+    loop, marl = raw.get("loop") or {}, raw.get("marl") or {}
+    if not isinstance(loop, Mapping) or not isinstance(marl, Mapping) or "modules" in loop:
+        return raw
+    agents = marl.get("agents", 1)
+    if not isinstance(agents, int) or agents <= 1:
+        return raw
+    modules = (*LoopConfig.modules, *MULTI_AGENT_MODULES)
+    return {**raw, "loop": {**loop, "modules": list(modules)}}
+
+
 def config_from_dict(raw: Mapping[str, Any]) -> Config:
     """Builds a :class:`Config` from a nested mapping (missing keys take defaults).
 
@@ -672,6 +687,7 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
     unknown = sorted(set(raw) - set(_SECTIONS))
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown section; valid: {', '.join(_SECTIONS)}")
+    raw = _multi_agent_modules(raw)
     cfg = Config(
         **{name: _section(name, cls, raw.get(name) or {}) for name, cls in _SECTIONS.items()}
     )

@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         "--modules",
         help="comma-separated slots the designer writes: reward, network, imagination; "
         "with --agents N > 1 also profiling, communication (default: loop.modules, "
-        "reward,network)",
+        "reward,network; with --agents N > 1 reward,network,profiling,communication)",
     )
     parser.add_argument(
         "--dek",

@@ -111,3 +111,14 @@ def test_the_marl_section_sets_the_trainer():
     trainer = cfg.marl.trainer_config()
     assert cfg.marl.agents == 3 and trainer.algorithm == "ippo" and trainer.team_reward
     assert not load_config(None, []).marl.trainer_config().team_reward
+
+
+def test_several_agents_design_the_multi_agent_modules_by_default():
+    """With marl.agents > 1 and no loop.modules the loop also designs profiles and
+    messages; modules given explicitly (or recorded in a run's config) are kept."""
+    assert load_config(None, []).loop.modules == ("reward", "network")
+    several = load_config(None, ["marl.agents=2", "market.mode=dynamic"])
+    assert several.loop.modules == ("reward", "network", "profiling", "communication")
+    chosen = load_config(None, ["marl.agents=2", "market.mode=dynamic", "loop.modules=[reward]"])
+    assert chosen.loop.modules == ("reward",)
+    assert saved_run_config(several.to_dict()).loop.modules == several.loop.modules
