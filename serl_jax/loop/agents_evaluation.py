@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from llm.validate import load_validated
@@ -45,8 +43,9 @@ from serl_jax.loop.evaluation import (
     _finite,
     _term_stats,
     load_program,
+    validation_metrics,
 )
-from serl_jax.metrics import compute_metrics, price_advantage, shortfall
+from serl_jax.metrics import compute_metrics, shortfall
 from serl_jax.rl.checkpoint import save_policy
 
 __all__ = ["agents_market", "evaluate_agents_program", "evaluation_profile"]
@@ -209,16 +208,11 @@ def _score(
 ) -> ProgramResult:  # fmt: skip
     """A trained multi-agent program's :class:`ProgramResult` from the selected seed's
     validation rollout; writes its checkpoint to ``artifact_dir`` if given."""
-    if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(trained.policy_params)):
-        return _failed("training diverged: non-finite network parameters", t_start)
     rollout = trained.validation_rollout
-    outcomes = rollout.pooled_outcomes()
-    pa = price_advantage(outcomes)
-    if not np.isfinite(pa).all():
-        return _failed("non-finite PA on validation days", t_start)
+    metrics = validation_metrics(cfg, trained, rollout.pooled_outcomes())
+    if isinstance(metrics, str):
+        return _failed(metrics, t_start)
     boot = {"confidence": cfg.eval.confidence, "n_bootstrap": cfg.eval.n_bootstrap, "seed": 0}
-    m = compute_metrics(outcomes, **boot)
-    costs = shortfall(outcomes)
     agents = []
     for i in range(cfg.marl.agents):
         own = rollout.outcomes(i)
@@ -234,26 +228,14 @@ def _score(
             rollout.memory,
             rollout.active,
         )
-    metrics = {
-        "pa": _finite(m.PA.value),
-        "pa_ci": [_finite(m.PA.low), _finite(m.PA.high)],
-        "pa_std": _finite(m.PA_std.value),
-        "wr": _finite(m.WR.value),
-        "glr": _finite(m.GLR.value),
-        "afi": _finite(m.AFI.value),
-        "n_orders": int(m.n_orders),
-        "validation_pa_per_seed": [_finite(v) for v in trained.validation_pa],
-        "validation_shortfall_per_seed": [_finite(v) for v in trained.validation_shortfall],
-        "selected_seed": trained.selected_seed,
-        "shortfall": _finite(costs.mean()),
-        "prior_anchor_steps": cfg.network.prior_anchor_steps,
-        "pa_per_order": [float(v) for v in pa],
-        "shortfall_per_order": [_finite(v) for v in costs],
-        "agents": agents,
-        "team": team,
-        "pa_spread": (max(agent_pa) - min(agent_pa)) if agent_pa else None,
-        "messages": messages,
-    }
+    metrics.update(
+        {
+            "agents": agents,
+            "team": team,
+            "pa_spread": (max(agent_pa) - min(agent_pa)) if agent_pa else None,
+            "messages": messages,
+        }
+    )
     if artifact_dir is not None:
         save_policy(
             Path(artifact_dir) / "checkpoint",

@@ -426,33 +426,10 @@ def _score(
     ``artifact_dir`` if given."""
     seed = trained.selected_seed
     final = jax.tree.map(lambda x: x[seed], rollouts)
-    if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(trained.policy_params)):
-        return _failed("training diverged: non-finite network parameters", t_start)
-    outcomes = final.outcomes(float(val_params.side))
-    pa = price_advantage(outcomes)
-    if not np.isfinite(pa).all():
-        return _failed("non-finite PA on validation days", t_start)
-    m = compute_metrics(
-        outcomes, confidence=cfg.eval.confidence, n_bootstrap=cfg.eval.n_bootstrap, seed=0
-    )
-    costs = shortfall(outcomes)
-    metrics = {
-        "pa": _finite(m.PA.value),
-        "pa_ci": [_finite(m.PA.low), _finite(m.PA.high)],
-        "pa_std": _finite(m.PA_std.value),
-        "wr": _finite(m.WR.value),
-        "glr": _finite(m.GLR.value),
-        "afi": _finite(m.AFI.value),
-        "n_orders": int(m.n_orders),
-        "validation_pa_per_seed": [_finite(v) for v in trained.validation_pa],
-        "validation_shortfall_per_seed": [_finite(v) for v in trained.validation_shortfall],
-        "selected_seed": seed,
-        "devices": trained.devices,
-        "shortfall": _finite(costs.mean()),
-        "prior_anchor_steps": cfg.network.prior_anchor_steps,
-        "pa_per_order": [float(v) for v in pa],
-        "shortfall_per_order": [_finite(v) for v in costs],
-    }
+    metrics = validation_metrics(cfg, trained, final.outcomes(float(val_params.side)))
+    if isinstance(metrics, str):
+        return _failed(metrics, t_start)
+    metrics["devices"] = trained.devices
     if reflection is not None:
         metrics["imagination"] = reflection
     recorded = final.recorded
@@ -484,6 +461,48 @@ def _score(
         )
     timing = {**timing, "total": time.perf_counter() - t_start if total is None else total}
     return ProgramResult(True, "", metrics, stats, timing, curves)
+
+
+def validation_metrics(cfg: Config, trained, outcomes) -> dict[str, Any] | str:
+    """The validation-day metrics of a trained program (single- or multi-agent) on its
+    kept seed's orders, or the one-line reason it fails (non-finite parameters or PA).
+
+    Args:
+        cfg: the program's config (``eval``, ``network.prior_anchor_steps``).
+        trained: a :class:`~serl_jax.experiment.TrainedPolicy` or
+            :class:`~serl_jax.agents_experiment.TrainedAgents` (``policy_params``,
+            ``selected_seed``, ``validation_pa``, ``validation_shortfall``).
+        outcomes: the validation orders (:class:`~serl_jax.metrics.OrderOutcomes`).
+
+    Returns:
+        The common keys of :class:`ProgramResult`'s ``metrics`` (``pa``, ``pa_ci``, ...,
+        ``pa_per_order``, ``shortfall_per_order``; bps), or the failure reason.
+    """
+    if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(trained.policy_params)):
+        return "training diverged: non-finite network parameters"
+    pa = price_advantage(outcomes)
+    if not np.isfinite(pa).all():
+        return "non-finite PA on validation days"
+    m = compute_metrics(
+        outcomes, confidence=cfg.eval.confidence, n_bootstrap=cfg.eval.n_bootstrap, seed=0
+    )
+    costs = shortfall(outcomes)
+    return {
+        "pa": _finite(m.PA.value),
+        "pa_ci": [_finite(m.PA.low), _finite(m.PA.high)],
+        "pa_std": _finite(m.PA_std.value),
+        "wr": _finite(m.WR.value),
+        "glr": _finite(m.GLR.value),
+        "afi": _finite(m.AFI.value),
+        "n_orders": int(m.n_orders),
+        "validation_pa_per_seed": [_finite(v) for v in trained.validation_pa],
+        "validation_shortfall_per_seed": [_finite(v) for v in trained.validation_shortfall],
+        "selected_seed": trained.selected_seed,
+        "shortfall": _finite(costs.mean()),
+        "prior_anchor_steps": cfg.network.prior_anchor_steps,
+        "pa_per_order": [float(v) for v in pa],
+        "shortfall_per_order": [_finite(v) for v in costs],
+    }
 
 
 @contextmanager

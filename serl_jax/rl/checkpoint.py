@@ -50,6 +50,20 @@ def save_policy(
     return directory
 
 
+def _checkpoint_files(directory: str | Path) -> tuple[Path, Path]:
+    """``(policy.json, policy.msgpack)`` of a checkpoint folder.
+
+    Raises:
+        CheckpointError: either file is missing.
+    """
+    directory = Path(directory)
+    meta_path, params_path = directory / META_FILE, directory / PARAMS_FILE
+    for path in (meta_path, params_path):
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing (not a serl_jax policy checkpoint)")
+    return meta_path, params_path
+
+
 def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, Any]]:
     """Reads a checkpoint written by :func:`save_policy`.
 
@@ -63,11 +77,7 @@ def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, 
     Raises:
         CheckpointError: the folder or one of its files is missing or unreadable.
     """
-    directory = Path(directory)
-    meta_path, params_path = directory / META_FILE, directory / PARAMS_FILE
-    for path in (meta_path, params_path):
-        if not path.is_file():
-            raise CheckpointError(f"{path}: missing (not a serl_jax policy checkpoint)")
+    meta_path, params_path = _checkpoint_files(directory)
     try:
         meta = json.loads(meta_path.read_text())
         net_cfg = meta["config"]["network"]
@@ -108,11 +118,7 @@ def load_agents_policy(directory: str | Path) -> tuple[Any, Any, PPOPolicyParams
     Raises:
         CheckpointError: the folder or a file is missing or unreadable, or a code refused.
     """
-    directory = Path(directory)
-    meta_path, params_path = directory / META_FILE, directory / PARAMS_FILE
-    for path in (meta_path, params_path):
-        if not path.is_file():
-            raise CheckpointError(f"{path}: missing (not a serl_jax policy checkpoint)")
+    meta_path, params_path = _checkpoint_files(directory)
     from llm.validate import StaticError, load_validated
 
     try:
