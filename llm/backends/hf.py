@@ -48,6 +48,7 @@ module only; ``import llm.backends`` does not import them.
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -412,7 +413,10 @@ class HFBackend(Backend):
 
         One forward pass over ``prompt_token_ids(prompt) + completion ids`` (the same
         formatting as generation) in the model's current mode, with gradients; the prompt
-        positions are not scored.
+        positions are not scored, and a model whose ``forward`` takes ``logits_to_keep``
+        (transformers' causal LMs) computes the LM head's logits at the completion's
+        positions only (a prompt of P tokens would otherwise cost P x vocab logits, and
+        their matrix products forward and backward).
 
         Args:
             prompt: the user message, as passed to :meth:`generate`.
@@ -435,8 +439,11 @@ class HFBackend(Backend):
             raise ValueError("the completion must have at least one token")
         context = self.prompt_token_ids(prompt)
         tokens = torch.tensor([context + ids], device=self.device)  # (1, P + C)
-        logits = self.model(input_ids=tokens).logits[0, len(context) - 1 : -1]  # (C, vocab)
-        targets = tokens[0, len(context) :, None]  # (C, 1)
+        if _takes_logits_to_keep(self.model):  # the last C + 1 positions' logits only
+            logits = self.model(input_ids=tokens, logits_to_keep=len(ids) + 1).logits[0, :-1]
+        else:
+            logits = self.model(input_ids=tokens).logits[0, len(context) - 1 : -1]
+        targets = tokens[0, len(context) :, None]  # (C, 1); logits: (C, vocab)
         return torch.log_softmax(logits.float(), dim=-1).gather(1, targets)[:, 0]
 
     def sequence_logprob(self, prompt: str, completion: str | Sequence[int]) -> torch.Tensor:
@@ -458,6 +465,16 @@ class HFBackend(Backend):
             ValueError: the completion has no tokens.
         """
         return self.token_logprobs(prompt, completion).sum()
+
+
+def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward (that of the model under a PEFT wrapper) accepts
+    ``logits_to_keep``, the number of last positions to compute logits for."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):  # no retrievable signature
+        return False
 
 
 class _CodeBlockClosed(StoppingCriteria):

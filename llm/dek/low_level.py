@@ -541,12 +541,15 @@ class LowLevelDEK:
 
         Steps: drop samples whose completion has no tokens; baselines and advantages
         (:func:`baseline_and_advantages`, then RMS normalization if configured);
-        ``log p_phi`` before (and ``log p_base`` per token if ``kl_coef > 0``), no
-        gradient; then ``config.steps`` times: the loss of the module docstring,
-        accumulated one candidate at a time (one forward/backward each, so memory holds a
-        single sequence's graph), gradient clipping, optimizer step (skipped if the
-        gradient is not finite). The EMA and update count advance once per call with at
-        least one used sample; with none, nothing changes.
+        ``log p_base`` per token if ``kl_coef > 0`` (no gradient); then ``config.steps``
+        times: the loss of the module docstring, accumulated one candidate at a time (one
+        forward/backward each, so memory holds a single sequence's graph), gradient
+        clipping, optimizer step (skipped if the gradient is not finite); then ``log
+        p_phi`` after, no gradient. ``log p_phi`` before is read off the first step's
+        forward passes, which run the adapter as it was before the update; only with
+        ``config.dropout > 0`` (those passes then drop adapter inputs) does it take a
+        pass of its own, without dropout and gradient. The EMA and update count advance
+        once per call with at least one used sample; with none, nothing changes.
 
         Args:
             samples: ``(prompt, completion, score)`` triples: the prompt (user message) the
@@ -589,17 +592,19 @@ class LowLevelDEK:
         )
         advantages = _rms_normalized(raw) if c.normalize_advantages else raw
         n = len(rows)
+        # Without adapter dropout the first step's forward passes compute log p_phi before
+        # the update (the adapter is not stepped until all of them are done).
+        reuse_first = c.dropout == 0
         with torch.no_grad():
-            before = [float(self.backend.sequence_logprob(p, ids)) for p, ids, _ in rows]
+            before = (
+                []
+                if reuse_first
+                else [float(self.backend.sequence_logprob(p, ids)) for p, ids, _ in rows]
+            )
             base_tokens: list[torch.Tensor] = []
             if c.kl_coef > 0:
                 with self.model.disable_adapter():
                     base_tokens = [self.backend.token_logprobs(p, ids) for p, ids, _ in rows]
-        log_ratios = (
-            tuple(b - float(t.sum()) for b, t in zip(before, base_tokens, strict=True))
-            if base_tokens
-            else ()
-        )
 
         first: dict[str, float] = {}
         taken = 0
@@ -610,6 +615,8 @@ class LowLevelDEK:
             with torch.enable_grad(), self._adapter_dropout():
                 for k, (prompt, ids, _) in enumerate(rows):
                     tokens = self.backend.token_logprobs(prompt, ids)  # (C,) float32
+                    if step == 0 and reuse_first:
+                        before.append(float(tokens.detach().sum()))
                     loss = -advantages[k] * tokens.sum()
                     if base_tokens:
                         log_r = base_tokens[k] - tokens  # log p_base - log p_phi, (C,)
@@ -625,6 +632,11 @@ class LowLevelDEK:
                 self.optimizer.step()
                 taken += 1
         self.optimizer.zero_grad(set_to_none=True)
+        log_ratios = (
+            tuple(b - float(t.sum()) for b, t in zip(before, base_tokens, strict=True))
+            if base_tokens
+            else ()
+        )
         with torch.no_grad():
             after = tuple(float(self.backend.sequence_logprob(p, ids)) for p, ids, _ in rows)
         self.ema = new_ema

@@ -6,6 +6,7 @@ loading the tiny model takes a fraction of a second.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -138,6 +139,48 @@ def test_only_lora_parameters_change(backend):
     ]
     assert any("lora_B" in n for n in changed)
     assert all(p.grad is None for p in dek.model.parameters())  # gradients are released
+
+
+def _count_passes(backend, monkeypatch) -> list[bool]:
+    """Records each forward pass of ``backend.token_logprobs`` (``sequence_logprob`` goes
+    through it) as whether it had gradients."""
+    passes: list[bool] = []
+    real = backend.token_logprobs
+
+    def counted(prompt, completion):
+        passes.append(torch.is_grad_enabled())
+        return real(prompt, completion)
+
+    monkeypatch.setattr(backend, "token_logprobs", counted)
+    return passes
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_log_p_before_comes_from_the_first_steps_passes(backend, monkeypatch, steps):
+    # Without adapter dropout an update takes steps + 1 passes per sample (the training
+    # passes, then log p after), not steps + 2: log p before is the first step's.
+    dek = LowLevelDEK(backend, dataclasses.replace(SGD, steps=steps))
+    before = [dek.logprob(PROMPT, GOOD), dek.logprob(PROMPT, BAD)]
+    passes = _count_passes(backend, monkeypatch)
+    stats = dek.update(PAIR)
+    assert passes == [True, True] * steps + [False, False]
+    assert stats.logprobs_before == pytest.approx(before, abs=1e-6)
+    assert stats.logprobs_after == pytest.approx(
+        [dek.logprob(PROMPT, GOOD), dek.logprob(PROMPT, BAD)], abs=1e-6
+    )
+    assert stats.loss == pytest.approx(-(before[0] - before[1]) / 2, rel=1e-5)
+
+
+def test_with_adapter_dropout_log_p_before_has_its_own_pass(backend, monkeypatch):
+    # The training passes drop adapter inputs, so log p before takes a pass without dropout
+    # (and without gradient); a first update is needed for dropout to change anything (B = 0).
+    dek = LowLevelDEK(backend, dataclasses.replace(SGD, dropout=0.5))
+    dek.update(PAIR)
+    before = [dek.logprob(PROMPT, GOOD), dek.logprob(PROMPT, BAD)]
+    passes = _count_passes(backend, monkeypatch)
+    stats = dek.update(PAIR)
+    assert passes == [False, False, True, True, False, False]
+    assert stats.logprobs_before == pytest.approx(before, abs=1e-6)
 
 
 def test_save_load_roundtrip(backend, tmp_path):

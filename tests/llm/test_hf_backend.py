@@ -22,6 +22,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from llm.backends import BackendError, make_backend  # noqa: E402
+from llm.backends import hf as hf_module  # noqa: E402
 from llm.backends.hf import Completion, HFBackend  # noqa: E402
 
 SPECIAL = ["<s>", "</s>", "<pad>", "<unk>"]
@@ -186,6 +187,34 @@ def test_sequence_logprob_is_differentiable(plain):
         plain.sequence_logprob(PROMPTS[0], "")
 
 
+def test_token_logprobs_compute_logits_at_the_completion_only(plain, monkeypatch):
+    # The LM head runs on the last C + 1 positions (logits_to_keep), not on the prompt's;
+    # the values are those of a full forward pass, which a model whose forward does not
+    # take logits_to_keep gets.
+    assert hf_module._takes_logits_to_keep(plain.model)
+    prompt, ids = PROMPTS[1], plain.completion_token_ids("def f(x):")
+    rows = []
+    hook = plain.model.lm_head.register_forward_hook(lambda m, i, out: rows.append(out.shape[1]))
+    try:
+        with torch.no_grad():
+            kept = plain.token_logprobs(prompt, ids)
+            monkeypatch.setattr(hf_module, "_takes_logits_to_keep", lambda model: False)
+            full = plain.token_logprobs(prompt, ids)
+    finally:
+        hook.remove()
+    assert rows == [len(ids) + 1, len(plain.prompt_token_ids(prompt)) + len(ids)]
+    assert kept.shape == full.shape == (len(ids),)
+    torch.testing.assert_close(kept, full, atol=1e-6, rtol=0)
+    torch.testing.assert_close(kept, recomputed_logprobs(plain, prompt, ids), atol=1e-6, rtol=0)
+    monkeypatch.undo()
+
+    class NoKeep(torch.nn.Module):
+        def forward(self, input_ids):
+            return input_ids
+
+    assert not hf_module._takes_logits_to_keep(NoKeep())
+
+
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 def test_a_lora_wrapped_model_gets_gradients(model_dirs):
     peft = pytest.importorskip("peft")
@@ -193,6 +222,7 @@ def test_a_lora_wrapped_model_gets_gradients(model_dirs):
     lora = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
     backend.model = peft.get_peft_model(backend.model, lora)
     [[c]] = backend.generate_with_logprobs(PROMPTS[:1], temperature=1.0, max_new_tokens=6)
+    assert hf_module._takes_logits_to_keep(backend.model)  # the wrapped model's forward
     value = backend.sequence_logprob(PROMPTS[0], c.token_ids)
     assert value.item() == pytest.approx(c.logprob, abs=1e-4)
     value.backward()
