@@ -36,6 +36,18 @@ days and reported on test days (a yardstick for what PPO's ``PPO-prior`` could r
 issue, one at a time, on top of the old defaults) with and without the leak and prints the
 paired differences on validation days (the days designs are chosen on).
 
+``--opd`` measures oracle policy distillation (Fang et al. 2021; the OPD of Qlib's
+execution examples): a teacher trained with the leak, then students on honest
+observations with the supervision weight λ in 0.1, 1, 10, each paired with plain PPO
+(same settings, λ = 0) on the same orders; λ is chosen on validation days and reported on
+test days. Two controls: a teacher trained without the leak, distilled the same way
+(what it gains, the oracle's information did not bring), and plain PPO with twice the
+updates (a teacher and its student train twice the default's).
+
+``--intervals`` measures decision intervals (``env.step_minutes`` 5, 15, 30: the policy
+decides every n minutes and a TWAP executor trades its size inside the interval, as in
+Qlib's nested execution), each paired with plain PPO, chosen and reported the same way.
+
 Run from the repository root (2 CPU cores: about 4 minutes for the ladder, 12 for the
 ablation at the default preset)::
 
@@ -44,6 +56,8 @@ ablation at the default preset)::
     python benchmarks/bench_learning.py --ablation --only participation   # some rows
     python benchmarks/bench_learning.py --heldout
     python benchmarks/bench_learning.py --headroom        # seconds, no training
+    python benchmarks/bench_learning.py --opd             # oracle policy distillation
+    python benchmarks/bench_learning.py --intervals       # decision intervals
     python benchmarks/bench_learning.py --config configs/gpu.yaml   # on an accelerator
 """
 
@@ -73,6 +87,7 @@ from serl_jax.experiment import (
     load_splits,
     resolve_market_path,
     train_policy,
+    train_teacher,
 )
 from serl_jax.metrics import PairedDifference, paired_difference, price_advantage, shortfall
 from serl_jax.rl.policy import make_ppo_policy
@@ -80,6 +95,13 @@ from serl_jax.rl.policy import make_ppo_policy
 ROOT = Path(__file__).resolve().parents[1]
 OLD_DEFAULTS = ["ppo.group_size=1", "ppo.gae_lambda=0.95", "network.prior_anchor_steps=0"]
 FIXED = ["env.child_quantity=fixed"]  # the child order before participation orders
+OPD = ["market.mode=static", "loop.llm=none"]  # where oracle policy distillation runs
+# (group, label, overrides, teacher: None, "oracle" (trained with the leak) or "honest")
+Variant = tuple[str, str, list[str], str | None]
+INTERVAL_VARIANTS: tuple[Variant, ...] = tuple(
+    ("interval", f"decision every {n} min", ["market.mode=static", f"env.step_minutes={n}"], None)
+    for n in (5, 15, 30)
+)
 # (label, overrides, reward program of the design library or None for the default)
 ABLATION: tuple[tuple[str, list[str], str | None], ...] = (
     ("old defaults (G=1, λ=0.95, one-step tracking)", [*OLD_DEFAULTS, *FIXED], None),
@@ -116,9 +138,10 @@ def _reward(name: str | None):
     return load_validated(design.code, "reward")
 
 
-def _ppo(cfg: Config, env: ExecutionEnv, train, val):
-    """Trains PPO (seed chosen on ``val``): ``(policy_fn, policy_params)``."""
-    trained = train_policy(cfg, env, train, val, progress=False)
+def _ppo(cfg: Config, env: ExecutionEnv, train, val, teacher=None):
+    """Trains PPO (seed chosen on ``val``; distilling ``teacher`` if given, with
+    ``ppo.distill_coef``): ``(policy_fn, policy_params)``."""
+    trained = train_policy(cfg, env, train, val, progress=False, teacher=teacher)
     prior = cfg.network.prior()
     policy = make_ppo_policy(trained.network, cfg.ppo.normalize_obs, action_prior=prior)
     return policy, trained.policy_params
@@ -314,6 +337,92 @@ def _episodes(cfg: Config, bars, symbols):
     return {name: build_episodes(part, stats) for name, part in parts.items()}, stats
 
 
+def opd_variants(cfg: Config) -> tuple[Variant, ...]:
+    """OPD students at λ = 0.1, 1, 10; the same with a teacher trained without the leak;
+    plain PPO with twice the preset's updates (a teacher and its student train twice)."""
+    return (
+        *(
+            (group, f"{group} λ={coef:g}", [*OPD, f"ppo.distill_coef={coef}"], kind)
+            for group, kind in (("OPD", "oracle"), ("honest teacher", "honest"))
+            for coef in (0.1, 1.0, 10.0)
+        ),
+        (
+            "2x updates",
+            "PPO, 2x updates",
+            [f"ppo.total_timesteps={2 * cfg.ppo.total_timesteps}"],
+            None,
+        ),
+    )
+
+
+def versus_ppo(cfg: Config, markets: list[str], variants: tuple[Variant, ...]) -> None:
+    """Each variant paired with plain PPO (the preset) on the same orders: every variant
+    on validation days; per group the variant with the best validation shortfall on test
+    days. Teachers are trained once per market and kind."""
+    env = ExecutionEnv()
+    for market in markets:
+        splits = load_splits(cfg, market)
+        episodes = {s: MarketData.from_episodes(splits.split(s)) for s in ("train", "val", "test")}
+        params = {s: cfg.env_params(data) for s, data in episodes.items()}
+        side = float(params["val"].side)
+        t0 = time.perf_counter()
+        plain = _ppo(cfg, env, params["train"], params["val"])
+        print(f"{splits.name:8s} PPO trained | {time.perf_counter() - t0:.0f} s", flush=True)
+        teachers, trained = {}, {}
+        for group, label, overrides, teacher_kind in variants:
+            t0 = time.perf_counter()
+            run_cfg = with_overrides(cfg, overrides)
+            run_params = {s: run_cfg.env_params(data) for s, data in episodes.items()}
+            teacher = None
+            if teacher_kind is not None:
+                if teacher_kind not in teachers:
+                    teachers[teacher_kind], teacher_run = train_teacher(
+                        with_overrides(cfg, OPD), env, params["train"], params["val"],
+                        oracle=teacher_kind == "oracle", progress=False,
+                    )  # fmt: skip
+                    print(
+                        f"{splits.name:8s} {teacher_kind} teacher: validation shortfall per "
+                        f"seed {np.round(teacher_run.validation_shortfall, 2).tolist()} bps",
+                        flush=True,
+                    )
+                teacher = teachers[teacher_kind]
+            policy = _ppo(run_cfg, env, run_params["train"], run_params["val"], teacher)
+            trained[label] = (group, run_cfg, run_params, policy)
+            print(f"{splits.name:8s} {label} trained | {time.perf_counter() - t0:.0f} s")
+        chosen = {}
+        for split in ("val", "test"):
+            base = evaluate_policies(cfg, env, params[split], {"PPO": plain})["PPO"]
+            metrics, reference = base[0], base[1].outcomes(side)
+            print(
+                f"{splits.name:8s} {split:4s} n={metrics.n_orders:3d} | {'PPO':24s} - TWAP "
+                f"PA {_cell(metrics.vs_TWAP)} | shortfall {_cell(metrics.shortfall_vs_TWAP)}"
+            )
+            diffs = {}
+            for label, (group, run_cfg, run_params, policy) in trained.items():
+                if split == "test" and chosen[group] != label:
+                    continue
+                _, rollout = evaluate_policies(run_cfg, env, run_params[split], {label: policy})[
+                    label
+                ]
+                outcomes = rollout.outcomes(side)
+                diffs[label] = (
+                    paired_difference(price_advantage(outcomes), price_advantage(reference)),
+                    paired_difference(shortfall(outcomes), shortfall(reference)),
+                )
+            if split == "val":
+                for group in {g for g, *_ in trained.values()}:
+                    mine = [label for label, (g, *_) in trained.items() if g == group]
+                    chosen[group] = max(mine, key=lambda label: diffs[label][1].value)
+            for label, (pa, cost) in diffs.items():
+                picked = label in chosen.values()
+                print(
+                    f"{splits.name:8s} {split:4s} n={metrics.n_orders:3d} | {label:24s} - PPO  "
+                    f"PA {_cell(pa)} | shortfall {_cell(cost)}"
+                    + (" (chosen on validation days)" if picked else ""),
+                    flush=True,
+                )
+
+
 def heldout(cfg: Config, markets: list[str]) -> None:
     """Leave one symbol out: PPO trains on the other symbols (seed chosen on their
     validation days) and is scored on every day of the held-out symbol, whose profile and
@@ -382,6 +491,12 @@ def main() -> None:
     parser.add_argument(
         "--headroom", action="store_true", help="hand-made feature tilts of the prior instead"
     )
+    parser.add_argument(
+        "--opd", action="store_true", help="oracle policy distillation against plain PPO instead"
+    )
+    parser.add_argument(
+        "--intervals", action="store_true", help="decision intervals against plain PPO instead"
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
@@ -402,6 +517,10 @@ def main() -> None:
         heldout(cfg, markets)
     elif args.headroom:
         headroom(cfg, markets)
+    elif args.opd:
+        versus_ppo(cfg, markets, opd_variants(cfg))
+    elif args.intervals:
+        versus_ppo(cfg, markets, INTERVAL_VARIANTS)
     else:
         if "a" in args.rungs:
             print("\n".join(rung_a(cfg)), flush=True)

@@ -643,6 +643,8 @@ def _check_env(env: Mapping[str, Any]) -> None:
         raise ConfigError("env.quantity_high: must be >= env.quantity_low")
     if env["min_window_len"] < 1:
         raise ConfigError(f"env.min_window_len: must be >= 1, got {env['min_window_len']}")
+    if env["step_minutes"] < 1:
+        raise ConfigError(f"env.step_minutes: must be >= 1, got {env['step_minutes']}")
     if env["child_quantity"] not in CHILD_QUANTITIES:
         raise ConfigError(
             f"env.child_quantity: expected one of {CHILD_QUANTITIES}, got {env['child_quantity']!r}"
@@ -710,6 +712,22 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
         raise ConfigError(
             f"marl.agents={cfg.marl.agents}: imagined days (loop.modules 'imagination', "
             "imagine.program) are single-agent only; leave them out"
+        )
+    if cfg.env["step_minutes"] > 1 and (cfg.market.mode != "static" or cfg.marl.agents > 1):
+        raise ConfigError(
+            f"env.step_minutes={cfg.env['step_minutes']}: decision intervals run in the static "
+            "market with one agent (market.mode=static, --env static)"
+        )
+    if cfg.ppo.distill_coef > 0.0 and (
+        cfg.loop.llm.strip().lower() != "none"
+        or cfg.market.mode != "static"
+        or cfg.marl.agents > 1
+        or cfg.imagine.program
+    ):
+        raise ConfigError(
+            f"ppo.distill_coef={cfg.ppo.distill_coef}: policy distillation trains one "
+            "agent with --llm none in the static market on real days (market.mode=static, "
+            "no imagine.program)"
         )
     if "imagination" in cfg.loop.modules and cfg.imagine.ratio == 0.0:
         raise ConfigError(

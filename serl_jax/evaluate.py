@@ -144,6 +144,13 @@ def _evaluate(args: argparse.Namespace) -> int:
                 f"evaluation uses {env_params.child_quantity} (pass "
                 f"env.child_quantity={trained_with})"
             )
+        trained_with = saved["env"].get("step_minutes", 1)
+        if trained_with != env_params.step_minutes:
+            raise CheckpointError(
+                f"{spec}: policy trained with env.step_minutes={trained_with}, this "
+                f"evaluation uses {env_params.step_minutes} (pass "
+                f"env.step_minutes={trained_with})"
+            )
         policy = make_ppo_policy(
             network,
             saved["ppo"]["normalize_obs"],

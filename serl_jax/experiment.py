@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,12 @@ from serl_jax.evaluation import Rollout, rollout
 from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage, shortfall
+from serl_jax.rl.distillation import make_teacher
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
-from serl_jax.rl.ppo import make_trainer
+from serl_jax.rl.ppo import TeacherPolicy, make_trainer
 from serl_jax.rl.sharding import DevicePlan, constrain_runner, plan_devices, shard_runner
 
 SAMPLE_PREFIX = "sample:"
@@ -193,6 +194,7 @@ def train_policy(
     dynamic: tuple[Any, Any] | None = None,
     hybrid: HybridConfig | None = None,
     imagination: Imagination | None = None,
+    teacher: TeacherPolicy | None = None,
 ) -> TrainedPolicy:
     """Trains ``cfg.run.num_seeds`` policies on training days and keeps the best on
     validation days by ``cfg.loop.score`` (``shortfall`` by default: a seed's PA on a few
@@ -229,13 +231,17 @@ def train_policy(
             imagination program makes from the training days; validation stays real.
             The curves then also hold ``imagined_out_of_bounds``. Seeds are not split
             by episodes over devices then (only by seeds).
+        teacher: oracle policy distillation's teacher (:func:`train_teacher`),
+            weighted by ``cfg.ppo.distill_coef`` (give it iff that is > 0); static
+            market on real days only. The curves then also hold ``distill_loss``.
 
     Returns:
         A :class:`TrainedPolicy` (``env_steps`` counts the steps of both markets).
 
     Raises:
-        ValueError: if only one of ``dynamic`` and ``hybrid`` is given, or
-            ``cfg.run.devices`` cannot split the seeds or episodes
+        ValueError: if only one of ``dynamic`` and ``hybrid`` is given, a teacher comes
+            with ``dynamic`` or ``imagination`` or without ``cfg.ppo.distill_coef > 0``,
+            or ``cfg.run.devices`` cannot split the seeds or episodes
             (:func:`serl_jax.rl.sharding.plan_devices`).
     """
     if network is None:
@@ -243,11 +249,16 @@ def train_policy(
     action_prior = cfg.network.prior()
     if (dynamic is None) != (hybrid is None):
         raise ValueError("train_policy: give dynamic and hybrid together (or neither)")
+    if teacher is not None and (hybrid is not None or imagination is not None):
+        raise ValueError(
+            "train_policy: oracle policy distillation trains in the static market on real "
+            "days only (no dynamic market, no imagination)"
+        )
 
     def trainer_for(data):
         static_params = train_params.replace(data=data)
         if hybrid is None:
-            return make_trainer(cfg.ppo, env, static_params, network, action_prior)
+            return make_trainer(cfg.ppo, env, static_params, network, action_prior, teacher)
         dynamic_env, dynamic_params = dynamic
         return make_hybrid_trainer(
             cfg.ppo, hybrid, env, static_params, dynamic_env,
@@ -289,6 +300,55 @@ def train_policy(
         train_seconds=run.train_seconds,
         env_steps=cfg.ppo.num_updates * lanes * cfg.ppo.num_steps * cfg.run.num_seeds,
     )
+
+
+def train_teacher(
+    cfg: Config,
+    env: ExecutionEnv,
+    train_params: EnvParams,
+    val_params: EnvParams,
+    *,
+    oracle: bool = True,
+    progress: bool = True,
+) -> tuple[TeacherPolicy, TrainedPolicy]:
+    """Trains a teacher for policy distillation: :func:`train_policy` with the run's
+    settings (no distillation of its own), by default on observations that hold the
+    diagnostic volume leak, the current minute's true volume: oracle policy
+    distillation's teacher (Fang et al. 2021's sees the whole day; the leak is the part
+    of it the hindsight oracle's edge is made of).
+
+    Args:
+        cfg: the student's run configuration.
+        env: the student's (static) execution environment.
+        train_params, val_params: the student's env parameters; the teacher's are the
+            same with ``diagnostic_volume_leak=oracle``.
+        oracle: train on the leaked observation; False trains the teacher on the
+            student's own honest observations (a control: what distillation does without
+            the oracle's information).
+        progress: show a progress bar.
+
+    Returns:
+        ``(teacher, trained)``: the teacher's distribution at a batch of the student's
+        environment states (:func:`serl_jax.rl.distillation.make_teacher`, for
+        :func:`train_policy`'s ``teacher``) and the trained teacher itself.
+    """
+    teacher_train = train_params.replace(diagnostic_volume_leak=oracle)
+    teacher_val = val_params.replace(diagnostic_volume_leak=oracle)
+    teacher_cfg = replace(cfg, ppo=replace(cfg.ppo, distill_coef=0.0))
+    description = "OPD teacher" if oracle else "teacher"
+    trained = train_policy(
+        teacher_cfg, env, teacher_train, teacher_val, progress=progress, description=description
+    )
+    teacher = make_teacher(
+        env,
+        teacher_train,
+        trained.network,
+        trained.policy_params.params,
+        trained.policy_params.obs_stats,
+        cfg.ppo.normalize_obs,
+        cfg.network.prior(),
+    )
+    return teacher, trained
 
 
 def train_candidates(
@@ -573,13 +633,14 @@ def evaluate_policies(
     side = float(env_params.side)
 
     def run(policy, params) -> Rollout:
-        # the baselines' child orders are part of their definition, whatever the learned
-        # policies' env.child_quantity
+        # the baselines' child orders and their minute-by-minute decisions are part of
+        # their definition, whatever the learned policies' env.child_quantity and
+        # env.step_minutes
         order_params = env_params
         if policy in FIXED_SIZE_POLICIES:
-            order_params = env_params.replace(child_quantity="fixed")
+            order_params = env_params.replace(child_quantity="fixed", step_minutes=1)
         elif policy in PARTICIPATION_POLICIES:
-            order_params = env_params.replace(child_quantity="participation")
+            order_params = env_params.replace(child_quantity="participation", step_minutes=1)
         return jax.device_get(rollout(env, policy, params, order_params, jax.random.PRNGKey(0)))
 
     rollouts = {name: run(policy, params) for name, (policy, params) in policies.items()}

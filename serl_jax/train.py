@@ -18,7 +18,12 @@ reward and network) in the market ``--env`` names (``market.mode``): ``static``
 or ``hybrid`` (both at once, ``L = alpha L_static + beta L_dynamic``, the default; a
 static-only ``PPO-static`` is trained beside it), and compares it with TWAP, VWAP,
 Almgren–Chriss and the immediate sale on test days in both markets. (The SE-RL loop
-scores its candidates in the static market.)::
+scores its candidates in the static market.) With ``--env static ppo.distill_coef=λ``
+(λ > 0) it trains by policy distillation: a teacher first, on observations holding the
+current minute's true volume (``ppo.distill_teacher=oracle``, oracle policy
+distillation) or on the student's own (``honest``), then PPO with a supervision term
+toward it (:mod:`serl_jax.rl.distillation`; ``metrics.json`` records the teacher under
+``distillation``)::
 
     runs/<time>-<preset>/
         config.yaml  metrics.json  results.txt
@@ -94,6 +99,7 @@ from serl_jax.experiment import (
     make_imagination,
     selection_entry,
     train_policy,
+    train_teacher,
 )
 from serl_jax.loop import RunStore, SERLLoop, StoreError
 from serl_jax.loop.report import write_report
@@ -159,6 +165,7 @@ def run_market(
     )
     label = f"PPO {splits.name}"
     trained_static = None
+    distillation = None  # the metrics.json entry of an OPD teacher
     if mode != "static":
         trained_static = train_policy(
             cfg,
@@ -192,9 +199,21 @@ def run_market(
             imagination=imagination,
         )
     else:
+        teacher = None
+        if cfg.ppo.distill_coef > 0:  # oracle policy distillation: the teacher first
+            teacher, trained_teacher = train_teacher(
+                cfg, static_env, params["train"], params["val"],
+                oracle=cfg.ppo.distill_teacher == "oracle", progress=progress,
+            )  # fmt: skip
+            distillation = {
+                "distill_coef": cfg.ppo.distill_coef,
+                "distill_teacher": cfg.ppo.distill_teacher,
+                "teacher": selection_entry(cfg, trained_teacher),
+                "teacher_env_steps": trained_teacher.env_steps,
+            }
         trained = train_policy(
             cfg, static_env, params["train"], params["val"], progress=progress,
-            description=label, imagination=imagination,
+            description=label, imagination=imagination, teacher=teacher,
         )  # fmt: skip
     policies = {"PPO": _ppo_policy(cfg, trained)}
     if trained_static is not None:
@@ -252,6 +271,7 @@ def run_market(
             "load_report": splits.report.summary(),
         },
         "selection": selection_entry(cfg, trained),
+        **({} if distillation is None else {"distillation": distillation}),
         "timing": {
             "compile_seconds": trained.compile_seconds,
             "train_seconds": trained.train_seconds,

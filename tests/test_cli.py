@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,26 @@ def test_static_training_needs_no_calibrated_market(tmp_path, capsys):
     (second,) = json.loads((other / "metrics.json").read_text())["markets"].values()
     assert second["policies"] == entry["policies"]
     assert second["selection"] == entry["selection"]
+
+
+def test_train_by_policy_distillation(tmp_path):
+    """``ppo.distill_coef > 0`` trains a teacher first and records it in metrics.json;
+    without ``--env static`` it is a one-line error."""
+    args = [
+        "--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min",
+        "--llm", "none", "ppo.distill_coef=1.0", "run.num_seeds=1", "ppo.total_timesteps=1024",
+        "ppo.distill_teacher=honest",
+    ]  # fmt: skip
+    assert train.main(args) == 2
+    assert train.main(args + ["--env", "static"]) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    (entry,) = json.loads((run_dir / "metrics.json").read_text())["markets"].values()
+    distillation = entry["distillation"]
+    assert distillation["distill_coef"] == 1.0
+    assert distillation["distill_teacher"] == "honest"
+    assert distillation["teacher_env_steps"] == 1024
+    (shortfall,) = distillation["teacher"]["validation_shortfall_per_seed"]
+    assert math.isfinite(shortfall)
 
 
 def test_evaluate_in_the_dynamic_market(capsys):

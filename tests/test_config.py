@@ -41,6 +41,12 @@ def test_overrides_are_typed_and_applied():
         ("marl.scenario=cartel", "marl.scenario: expected one of"),
         ("marl.agents=3 market.mode=static", "not static; set market.mode=dynamic or hybrid"),
         ("marl.critic_hidden_sizes=[]", "marl.critic_hidden_sizes must be positive"),
+        ("ppo.distill_coef=-1", "ppo.distill_coef must be >= 0"),
+        ("ppo.distill_teacher=expert", "ppo.distill_teacher: expected one of"),
+        ("env.step_minutes=0", "env.step_minutes: must be >= 1"),
+        ("env.step_minutes=5", "decision intervals run in the static market"),
+        ("ppo.distill_coef=1", "policy distillation trains one agent with --llm none"),
+        ("ppo.distill_coef=1 loop.llm=none", "in the static market on real days"),
     ],
 )
 def test_bad_values_give_one_line_errors(override, message):

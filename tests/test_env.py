@@ -45,8 +45,10 @@ def _compare_episode(env, params, data, episode, start, window_len, actions, mul
         {"side": -1.0, "benchmark": "twap"},
         {"force_liquidation": False, "participation_cap": 0.05},
         {"child_quantity": "participation"},
+        {"step_minutes": 7},
+        {"step_minutes": 30, "child_quantity": "participation", "side": -1.0},
     ],
-    ids=["sell-vwap", "buy-twap", "unfilled-mode", "participation"],
+    ids=["sell-vwap", "buy-twap", "unfilled-mode", "participation", "interval", "interval-pov"],
 )
 def test_matches_numpy_reference_on_real_days(us_market, cn_market, overrides):
     env = ExecutionEnv()
@@ -60,11 +62,15 @@ def test_matches_numpy_reference_on_real_days(us_market, cn_market, overrides):
             _compare_episode(env, params, market.test, int(episode), 0, data.num_slots, actions)
 
 
-@pytest.mark.parametrize("child_quantity", ["fixed", "participation"])
-def test_matches_reference_on_random_sub_windows(cn_market, child_quantity):
+@pytest.mark.parametrize(
+    ("child_quantity", "step_minutes"), [("fixed", 1), ("participation", 1), ("participation", 4)]
+)
+def test_matches_reference_on_random_sub_windows(cn_market, child_quantity, step_minutes):
     env = ExecutionEnv()
     data = MarketData.from_episodes(cn_market.val)
-    params = EnvParams(data=data, lookback=7, child_quantity=child_quantity)
+    params = EnvParams(
+        data=data, lookback=7, child_quantity=child_quantity, step_minutes=step_minutes
+    )
     rng = np.random.default_rng(1)
     for _ in range(3):
         start = int(rng.integers(0, 200))
@@ -314,6 +320,46 @@ def test_participation_never_trades_more_than_held_nor_above_the_cap():
     _, state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, 1.0, uncapped)
     assert float(info["exec_qty"]) == pytest.approx(100.0)
     assert float(state.inventory) == 0.0
+
+
+def test_decision_intervals_by_hand():
+    """Every 2 minutes the action sets the interval's size, ``a I_t`` shares a minute."""
+    data = _hand_made_day()
+    params = EnvParams(data=data, order_fraction=0.1, participation_cap=1.0, step_minutes=2)
+    env = ExecutionEnv()
+    state = env.init_state(params, 0, 0, 4)  # Q = 100 shares
+    expected = [  # (action, shares, acted)
+        (0.25, 25.0, True),  # 0.25 x 100: 25 a minute for minutes 0 and 1
+        (0.9, 25.0, False),  # the action is not read: the interval's 25 again
+        (0.5, 25.0, True),  # 0.5 x 50: 25 a minute for minutes 2 and 3
+    ]
+    for action, qty, acted in expected:
+        _, state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, action, params)
+        assert float(info["exec_qty"]) == pytest.approx(qty, rel=1e-6)
+        assert bool(info["acted"]) == acted
+        assert float(state.pace) == pytest.approx(25.0, rel=1e-6)
+    # the last minute is forced: the remaining 25 trade whatever the interval says
+    _, state, _, _, info = env.step_env(jax.random.PRNGKey(0), state, 0.0, params)
+    assert float(info["exec_qty"]) == pytest.approx(25.0) and float(state.inventory) == 0.0
+    # without intervals every action is read and info has no "acted"
+    state = env.init_state(params.replace(step_minutes=1), 0, 0, 4)
+    _, _, _, _, info = env.step_env(
+        jax.random.PRNGKey(0), state, 0.25, params.replace(step_minutes=1)
+    )
+    assert "acted" not in info
+
+
+def test_baselines_decide_every_minute_whatever_the_learned_policys_interval(cn_market):
+    env = ExecutionEnv()
+    params = EnvParams(data=MarketData.from_episodes(cn_market.test), step_minutes=15)
+    results = evaluate_policies(Config(), env, params, {"TWAP": (twap_policy, None)})
+    key = jax.random.PRNGKey(0)
+    every_minute = jax.device_get(
+        rollout(env, twap_policy, None, params.replace(step_minutes=1), key)
+    )
+    np.testing.assert_allclose(results["TWAP"][1].exec_qty, every_minute.exec_qty, rtol=1e-6)
+    held = jax.device_get(rollout(env, twap_policy, None, params, key))
+    assert not np.allclose(held.exec_qty, every_minute.exec_qty)
 
 
 def test_baselines_keep_fixed_child_orders_when_the_learned_policy_participates(cn_market):

@@ -18,10 +18,13 @@ from serl_jax.rl.networks import make_network
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import (
+    Batch,
     PPOConfig,
+    Transition,
     calculate_gae,
     lane_keys,
     make_train,
+    ppo_loss,
     reset_lanes,
     sibling_baseline,
 )
@@ -244,3 +247,41 @@ def test_same_seed_same_result(make_trend_market):
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
     assert not np.array_equal(a["total_loss"], c["total_loss"])
+
+
+def test_steps_that_did_not_act_are_left_out_of_the_loss():
+    """With ``acted`` the loss equals the loss over the acting rows alone."""
+    rng = np.random.default_rng(0)
+    rows, obs_size = 24, 5
+    network = make_network((8,))
+    params = network.init(jax.random.PRNGKey(0), jnp.zeros(obs_size))
+
+    def f32(*shape):
+        return jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+    acted = jnp.asarray(rng.uniform(size=rows) < 0.4)
+    traj = Transition(
+        done=jnp.zeros(rows, bool), action=f32(rows), value=f32(rows), reward=f32(rows),
+        log_prob=f32(rows) - 1.0, obs=f32(rows, obs_size), prior_logit=f32(rows),
+        order_pa=f32(rows), acted=acted,
+    )  # fmt: skip
+    batch = Batch(traj, f32(rows) * 100.0, f32(rows))
+    config = PPOConfig(num_envs=8, num_steps=3, total_timesteps=24, num_minibatches=1)
+    masked, masked_stats = ppo_loss(config, network, params, batch)
+    keep = np.flatnonzero(np.asarray(acted))
+    subset = jax.tree.map(lambda x: x[keep], batch._replace(traj=traj._replace(acted=None)))
+    expected, expected_stats = ppo_loss(config, network, params, subset)
+    np.testing.assert_allclose(masked, expected, rtol=1e-5)
+    for key in expected_stats:
+        np.testing.assert_allclose(masked_stats[key], expected_stats[key], rtol=1e-4, atol=1e-7)
+
+
+def test_ppo_trains_with_decision_intervals(make_trend_market):
+    data = make_trend_market(n_episodes=4, n_slots=12)
+    params = EnvParams(data=data, lookback=2, step_minutes=4)
+    config = PPOConfig(num_envs=8, num_steps=12, total_timesteps=8 * 12 * 2, num_minibatches=2)
+    out = jax.jit(make_train(config, ExecutionEnv(), params, make_network((8,))))(
+        jax.random.PRNGKey(0)
+    )
+    for key, curve in out["metrics"].items():
+        assert np.all(np.isfinite(np.asarray(curve))), key

@@ -125,9 +125,15 @@ class DynamicEnvParams(EnvParams):
                 :func:`serl_jax.lob.engine.resolve_engine`).
 
         Raises:
-            ValueError: for an unknown ``child_order`` or ``lob_engine``, or statistics
-                whose features do not match the environment's.
+            ValueError: for an unknown ``child_order`` or ``lob_engine``, statistics whose
+                features do not match the environment's, or a decision interval
+                (``params.step_minutes`` > 1, static market only).
         """
+        if params.step_minutes > 1:
+            raise ValueError(
+                f"env.step_minutes={params.step_minutes}: decision intervals run in the "
+                "static market only"
+            )
         if child_order not in CHILD_ORDERS:
             raise ValueError(f"child_order must be one of {CHILD_ORDERS}, got {child_order!r}")
         if lob_engine not in ("vmap", "batched"):

@@ -102,6 +102,13 @@ class EnvParams:
             minute's volume is as forecast and more (less) in a busier (quieter) one. The
             dynamic market works it over the minute's trading rounds
             (:mod:`serl_jax.envs.dynamic`).
+        step_minutes: the decision interval n, in minutes (static field; the static
+            market only). With n > 1 the action is read every n minutes of the window (``t % n
+            == 0``) and sets the child order's size for the interval, ``a_t * I_t`` shares
+            a minute (the TWAP slice when ``a_t`` is the TWAP pace); the other minutes
+            trade that size (at most the inventory) whatever the action: a TWAP executor
+            inside each interval, as in Qlib's nested execution examples (30-minute
+            decisions). ``info["acted"]`` then tells which steps read their action.
     """
 
     data: MarketData
@@ -126,6 +133,7 @@ class EnvParams:
     benchmark: str = struct.field(pytree_node=False, default="vwap")
     diagnostic_volume_leak: bool = struct.field(pytree_node=False, default=False)
     child_quantity: str = struct.field(pytree_node=False, default="fixed")
+    step_minutes: int = struct.field(pytree_node=False, default=1)
 
 
 @struct.dataclass
@@ -150,6 +158,8 @@ class EnvState:
             the market offered without the agent: ``last_market_price`` in the static
             market, the historical bar while the dynamic market's mid moves with the
             agent's orders.
+        pace: the child order's size in the current decision interval, shares a minute
+            (``EnvParams.step_minutes`` > 1; 0 otherwise).
     """
 
     time: jnp.ndarray
@@ -166,6 +176,7 @@ class EnvState:
     last_price: jnp.ndarray
     last_market_price: jnp.ndarray
     last_replayed_price: jnp.ndarray
+    pace: jnp.ndarray
 
 
 RewardFn = Callable[[EnvState, jnp.ndarray, EnvState, EnvParams], jnp.ndarray]
@@ -447,6 +458,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             last_price=arrival.astype(jnp.float32),
             last_market_price=arrival.astype(jnp.float32),
             last_replayed_price=arrival.astype(jnp.float32),
+            pace=zero,
         )
 
     def reset_state(self, key: jax.Array, params: EnvParams) -> EnvState:
@@ -508,7 +520,8 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
 
         ``info`` holds per-step ``exec_qty`` (shares), ``exec_price``, ``market_price``,
         ``benchmark_price`` and, for the metrics, the order's ``quantity``, ``executed``,
-        ``notional`` and ``order_pa`` (bps, meaningful when ``terminated``).
+        ``notional`` and ``order_pa`` (bps, meaningful when ``terminated``); with
+        ``params.step_minutes`` > 1 also ``acted`` (bool: the step read its action).
         """
         del key
         data = params.data
@@ -516,6 +529,12 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         price = data.price[state.episode, slot]
         volume = data.volume[state.episode, slot]
         fraction = jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)
+        pace = state.pace
+        if params.step_minutes > 1:  # a decision interval: the size is set at its start
+            acted = state.time % params.step_minutes == 0
+            pace = jnp.where(acted, fraction * state.inventory, state.pace)
+            fraction = jnp.where(acted, fraction, safe_divide(pace, state.inventory))
+            fraction = jnp.minimum(fraction, 1.0)
         is_last = state.time + 1 >= state.window_len
         forced = jnp.logical_and(params.force_liquidation, is_last)
         desired = fraction * state.inventory
@@ -546,8 +565,12 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             last_price=jnp.where(qty > 0, exec_price, price),
             last_market_price=price,
             last_replayed_price=price,
+            pace=pace,
         )
-        return self.finish_step(state, fraction, next_state, params, qty, exec_price, price)
+        step = self.finish_step(state, fraction, next_state, params, qty, exec_price, price)
+        if params.step_minutes > 1:
+            step[-1]["acted"] = acted
+        return step
 
     def finish_step(self, state, fraction, next_state, params, qty, exec_price, market_price):
         """Reward, termination, observation and ``info`` of a step: the part of

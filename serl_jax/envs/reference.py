@@ -27,6 +27,7 @@ class ReferenceState:
     notional: float
     benchmark_price: float
     arrival_price: float
+    pace: float = 0.0  # shares a minute in the current decision interval
 
 
 class NumpyExecutionEnv:
@@ -72,7 +73,11 @@ class NumpyExecutionEnv:
         return self.observation()
 
     def step(self, action: float) -> tuple[np.ndarray, float, bool, dict]:
-        """Trades ``action`` (fraction of remaining inventory); returns obs, reward, done, info."""
+        """Trades ``action`` (fraction of remaining inventory); returns obs, reward, done, info.
+
+        With ``params.step_minutes`` = n > 1 the action is read at minutes 0, n, 2n, ... of
+        the window only; it sets the interval's child orders to ``action * I_t`` shares a
+        minute, which the other minutes of the interval repeat (at most the inventory)."""
         p, s = self.p, self.state
         slot = s.start + s.time
         price = self.price[s.episode, slot]
@@ -84,7 +89,13 @@ class NumpyExecutionEnv:
             qty = s.inventory
             liquidity = max(volume, self.minute_volume[s.episode])
         else:
-            desired = fraction * s.inventory
+            interval = int(getattr(p, "step_minutes", 1))
+            if interval == 1:
+                desired = fraction * s.inventory
+            else:
+                if s.time % interval == 0:
+                    s.pace = fraction * s.inventory
+                desired = min(s.pace, s.inventory)
             if p.child_quantity == "participation":
                 forecast = self.volume_forecast(s.episode, slot)
                 if forecast > 0:

@@ -55,6 +55,18 @@ class LogitNormal:
         u = (z - self.loc) / self.scale
         return -0.5 * u**2 - jnp.log(self.scale) - _LOG_SQRT_2PI
 
+    def cross_entropy(self, target: LogitNormal) -> jnp.ndarray:
+        """``H(target, self) = E_{z ~ target}[-log self(z)]`` (nats), elementwise.
+
+        Closed form for two Gaussians: ``log σ + ½ log 2π + (σ_t² + (μ_t - μ)²) / (2 σ²)``
+        (``μ_t, σ_t`` the target's). It is ``KL(target ‖ self)`` plus the target's own
+        entropy, so its gradient in ``self``'s parameters is the KL's; as ``σ_t → 0`` it
+        becomes the negative log-likelihood of the target's action ``μ_t``.
+        """
+        u = (target.loc - self.loc) / self.scale
+        ratio = target.scale / self.scale
+        return 0.5 * (u**2 + ratio**2) + jnp.log(self.scale) + _LOG_SQRT_2PI
+
     def entropy(self) -> jnp.ndarray:
         """Entropy of ``z`` (nats), ``0.5 + log(σ √(2π))``: the exploration bonus."""
         return 0.5 + _LOG_SQRT_2PI + jnp.log(self.scale)
