@@ -160,7 +160,8 @@ def test_evaluate_checkpoint_and_baselines_as_json(tiny_run, capsys):
 
 
 def test_evaluate_refuses_a_checkpoint_with_other_child_orders(tiny_run, capsys):
-    """The action means a different child order under another env.child_quantity."""
+    """The action means a different child order under another env.child_quantity (or
+    env.step_minutes)."""
     checkpoint = str(tiny_run / "us_1min" / "checkpoint")
     code = evaluate.main(
         ["--data", "sample:us_1min", "--policy", checkpoint, "env.child_quantity=fixed"]
@@ -169,6 +170,14 @@ def test_evaluate_refuses_a_checkpoint_with_other_child_orders(tiny_run, capsys)
     assert code == 2
     assert "trained with env.child_quantity=participation" in err
     assert "\n" not in err.strip()
+    # and the decision interval: the action is held for another number of minutes
+    code = evaluate.main(
+        ["--data", "sample:us_1min", "--policy", checkpoint, "market.mode=static",
+         "env.step_minutes=5"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "trained with env.step_minutes=1, this evaluation uses 5" in err
 
 
 def test_evaluate_split_all_counts_every_day(capsys):

@@ -84,6 +84,15 @@ def setup(cn_market):
     return {"stats": cn_market.stats, "market": market, "static": static, "dynamic": dynamic}
 
 
+def test_decision_intervals_are_refused_in_the_dynamic_market(setup):
+    """``env.step_minutes`` is a static-market setting: a one-line error, not a market
+    that silently decides every minute."""
+    with pytest.raises(ValueError, match="step_minutes=5: decision intervals run in the static"):
+        DynamicEnvParams.from_static(
+            setup["static"].replace(step_minutes=5), setup["stats"], setup["market"]
+        )
+
+
 @pytest.fixture(scope="module")
 def runs(setup):
     """The rollouts the tests share (each compiles once)."""
