@@ -231,7 +231,7 @@ def train_policy(
             imagination program makes from the training days; validation stays real.
             The curves then also hold ``imagined_out_of_bounds``. Seeds are not split
             by episodes over devices then (only by seeds).
-        teacher: oracle policy distillation's teacher (:func:`train_teacher`),
+        teacher: a policy-distillation teacher (:func:`train_teacher`),
             weighted by ``cfg.ppo.distill_coef`` (give it iff that is > 0); static
             market on real days only. The curves then also hold ``distill_loss``.
 
@@ -251,7 +251,7 @@ def train_policy(
         raise ValueError("train_policy: give dynamic and hybrid together (or neither)")
     if teacher is not None and (hybrid is not None or imagination is not None):
         raise ValueError(
-            "train_policy: oracle policy distillation trains in the static market on real "
+            "train_policy: policy distillation trains in the static market on real "
             "days only (no dynamic market, no imagination)"
         )
 

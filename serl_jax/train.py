@@ -165,7 +165,7 @@ def run_market(
     )
     label = f"PPO {splits.name}"
     trained_static = None
-    distillation = None  # the metrics.json entry of an OPD teacher
+    distillation = None  # the metrics.json entry of a distillation teacher
     if mode != "static":
         trained_static = train_policy(
             cfg,
@@ -200,7 +200,7 @@ def run_market(
         )
     else:
         teacher = None
-        if cfg.ppo.distill_coef > 0:  # oracle policy distillation: the teacher first
+        if cfg.ppo.distill_coef > 0:  # policy distillation: the teacher first
             teacher, trained_teacher = train_teacher(
                 cfg, static_env, params["train"], params["val"],
                 oracle=cfg.ppo.distill_teacher == "oracle", progress=progress,

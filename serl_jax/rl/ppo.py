@@ -74,7 +74,7 @@ class PPOConfig:
             actions; each lane's advantage then has its siblings' mean advantage at the
             same step subtracted (:func:`sibling_baseline`). 1 turns it off; must divide
             ``num_envs`` (and the hybrid trainer's dynamic lanes).
-        distill_coef: weight λ of oracle policy distillation's supervision term, the
+        distill_coef: weight λ of policy distillation's supervision term, the
             cross-entropy of the policy under a teacher's action distribution at the
             same states (:mod:`serl_jax.rl.distillation`); 0 (default) trains without a
             teacher, > 0 needs one (:func:`make_trainer`'s ``teacher``).
@@ -145,7 +145,7 @@ class PPOConfig:
 class Transition(NamedTuple):
     """One step of a rollout (leading axes ``[num_steps, num_envs]`` once stacked);
     ``teacher`` is the teacher's action distribution at the step's state when training
-    with oracle policy distillation, else None; ``acted`` (bool) marks the steps that read
+    with policy distillation, else None; ``acted`` (bool) marks the steps that read
     their action when the environment decides only every few steps
     (``EnvParams.step_minutes``; ``info["acted"]``), else None."""
 
@@ -643,7 +643,7 @@ def make_trainer(
             (:mod:`serl_jax.rl.networks`).
         action_prior: raw observation ``[..., D]`` -> reference action logit ``[...]``
             added to the network's output (a residual policy); zero by default.
-        teacher: oracle policy distillation's teacher
+        teacher: a policy-distillation teacher
             (:func:`serl_jax.rl.distillation.make_teacher`), weighted by
             ``config.distill_coef``; give it iff that weight is > 0.
 
