@@ -5,7 +5,8 @@ Reads ``{"code", "kind", "limits", "skip_static", "bounds"}`` as JSON on stdin a
 ``@@SERL_VALIDATE@@ {"ok", "reason", "peak_bytes"}`` on stdout (``"setup": true`` added
 when the harness itself failed). Order of work:
 
-0. Sets its resource limits (:func:`set_limits`).
+0. Sets its resource limits (:func:`set_limits`) and skips gymnax's package
+   ``__init__`` (:func:`gymnax_base_only`: the bundled environments' plotting imports).
 1. Imports JAX/flax and builds the trial inputs from the shipped real sample (US minute
    bars, validation days): a batch of ``EnvState`` transitions (including last steps of
    windows) and the matching observations, and compiles the default program's trial
@@ -634,10 +635,47 @@ def set_limits(cpu_time_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def gymnax_base_only() -> bool:
+    """Registers ``gymnax`` and ``gymnax.environments`` as bare packages (their
+    ``__init__`` not run), so that ``from gymnax.environments import environment, spaces``
+    (what :mod:`serl_jax.envs` imports) loads those two modules only.
+
+    gymnax's package ``__init__`` imports every bundled environment, and with them
+    matplotlib, seaborn and scipy.stats: about 2 s of the child's 4-5 s start-up on 2 CPU
+    cores, for modules the trial never uses. Only for this single-purpose child: in any
+    other process the stubs would hide ``gymnax.make`` and the bundled environments.
+
+    Returns:
+        True when the stubs were installed; False (nothing changed) when gymnax is
+        already imported or cannot be found (its import then fails as usual).
+    """
+    import importlib.util
+
+    if "gymnax" in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec("gymnax")
+        if spec is None or spec.submodule_search_locations is None:
+            return False
+        root = importlib.util.module_from_spec(spec)  # not executed
+        sys.modules["gymnax"] = root
+        sub_spec = importlib.util.find_spec("gymnax.environments")
+        if sub_spec is None:
+            raise ImportError("gymnax.environments")
+        sub = importlib.util.module_from_spec(sub_spec)
+    except Exception:  # noqa: BLE001 - fall back to the ordinary import
+        sys.modules.pop("gymnax", None)
+        return False
+    sys.modules["gymnax.environments"] = sub
+    root.environments = sub
+    return True
+
+
 def main(cpu_time_s: int) -> None:
     """Entry point of the child: request on stdin; the ready line and the result line
     (with this process's peak resident memory) on stdout."""
     set_limits(cpu_time_s)
+    gymnax_base_only()
     status_fd = _open_own_status()
     request = json.loads(sys.stdin.read())
     out = sys.stdout

@@ -7,8 +7,9 @@ optionally ``# reason: <substring of the reason>``.
 ``CANARY`` (replaced by a tmp path): they must be rejected, by stage 1 and also by the
 sandbox alone (stage 2 with stage 1 skipped), and the file must never appear.
 
-Runtime validations each start a child process (JAX import + trace, ~3-5 s); they run
-once per session, two at a time, in :func:`runtime_results`.
+Runtime validations each start a child process (JAX import + trace, ~2-3 s); the
+corpus's and those of the wall-time and time-factor tests run once per session, two at a
+time (the longest first), in :func:`runtime_results`.
 """
 
 from __future__ import annotations
@@ -63,11 +64,30 @@ def canary_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("canary")
 
 
+def _limit_jobs() -> dict:
+    """The limit tests' validations (name -> job), the longest first. Not the memory
+    bomb's: how far it overshoots its limit depends on the parent polling on time, so it
+    runs alone (:func:`test_resident_memory_watch_kills_a_memory_bomb`)."""
+    spin = (PROGRAMS / "runtime_infinite_loop.txt").read_text()
+    default = (PROGRAMS / "ok_default_reward.txt").read_text()
+    return {
+        # CPU time above the wall time, so the parent's kill is what stops the spinning loop
+        "limits/wall_time": lambda: run_runtime_stage(
+            spin, "reward", Limits(wall_time_s=12.0, cpu_time_s=60)
+        ),
+        "limits/time_factor": lambda: validate(
+            default, "reward", limits=Limits(max_time_factor=0.01)
+        ),
+    }
+
+
 @pytest.fixture(scope="session")
 def runtime_results(canary_dir):
-    """Every child-process validation of the suite, run two at a time."""
-    jobs = {}
-    for program in RUNTIME:
+    """Every child-process validation of the corpus and the limit tests, run two at a
+    time, the longest first (the spinning and slow programs), so no long one is last."""
+    jobs = _limit_jobs()
+    longest = ("runtime_infinite_loop", "runtime_slow_reward")
+    for program in sorted(RUNTIME, key=lambda p: p["name"] not in longest):
         jobs[program["name"]] = lambda p=program: validate(p["code"], p["kind"], limits=TEST_LIMITS)
     for path in CANARIES:
         code = _canary_code(path, canary_dir / f"{path.stem}.sandbox")
@@ -141,10 +161,9 @@ def test_a_bounded_but_slow_reward_is_rejected_for_its_run_time(runtime_results)
     assert factor == pytest.approx(candidate_us / default_us, rel=0.02, abs=0.1)
 
 
-def test_time_factor_is_the_limit_used():
+def test_time_factor_is_the_limit_used(runtime_results):
     # The default reward against itself runs about 1x: over a 0.01x limit, under 20x.
-    code = (PROGRAMS / "ok_default_reward.txt").read_text()
-    result = validate(code, "reward", limits=Limits(max_time_factor=0.01))
+    result = runtime_results["limits/time_factor"]
     assert (result.ok, result.stage) == (False, "runtime")
     assert result.reason.startswith("run time: trial program takes ")
     assert result.reason.endswith(", limit 0.01x")
@@ -156,10 +175,9 @@ def test_sandbox_reports_violations_even_when_caught(runtime_results):
     assert reason.startswith("sandbox violation: open(")
 
 
-def test_wall_time_limit():
+def test_wall_time_limit(runtime_results):
     # CPU time above the wall time, so the parent's kill is what stops the spinning loop.
-    code = (PROGRAMS / "runtime_infinite_loop.txt").read_text()
-    ok, reason = run_runtime_stage(code, "reward", Limits(wall_time_s=12.0, cpu_time_s=60))
+    ok, reason = runtime_results["limits/wall_time"]
     assert not ok
     assert reason == "wall-time limit of 12 s exceeded"
 
@@ -362,6 +380,29 @@ def test_cli_usage_errors():
     assert _cli("--kind", "reward", "/nonexistent/candidate.py").returncode == 2
     assert _cli("--kind", "policy", str(PROGRAMS / "ok_default_reward.txt")).returncode == 2
     assert _cli(str(PROGRAMS / "ok_default_reward.txt")).returncode == 2
+
+
+def test_the_child_imports_gymnax_base_classes_only():
+    # The child's start-up skips gymnax's package __init__ (every bundled environment and
+    # their plotting imports: matplotlib, seaborn, scipy.stats); serl_jax's environments
+    # still subclass gymnax's own Environment.
+    probe = (
+        "import sys\n"
+        "from llm.validate._child import gymnax_base_only\n"
+        "assert gymnax_base_only() and not gymnax_base_only()\n"
+        "from gymnax.environments import environment, spaces\n"
+        "from serl_jax.envs import ExecutionEnv\n"
+        "assert issubclass(ExecutionEnv, environment.Environment)\n"
+        "assert isinstance(ExecutionEnv().action_space(), spaces.Box)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'matplotlib', 'seaborn', 'scipy', 'gymnax'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['gymnax']"
 
 
 def test_network_isolation_probe():
