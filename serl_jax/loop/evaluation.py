@@ -478,7 +478,9 @@ def validation_metrics(cfg: Config, trained, outcomes) -> dict[str, Any] | str:
         The common keys of :class:`ProgramResult`'s ``metrics`` (``pa``, ``pa_ci``, ...,
         ``pa_per_order``, ``shortfall_per_order``; bps), or the failure reason.
     """
-    if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(trained.policy_params)):
+    # on the host: a jitted isfinite per leaf shape would compile each network's anew
+    leaves = jax.tree.leaves(jax.device_get(trained.policy_params))
+    if not all(np.isfinite(np.asarray(x)).all() for x in leaves):
         return "training diverged: non-finite network parameters"
     pa = price_advantage(outcomes)
     if not np.isfinite(pa).all():

@@ -458,22 +458,45 @@ class SERLLoop:
             self._report_candidate(cand)
 
     def _validate(self, pending: list[Candidate]) -> None:
-        def check(cand: Candidate):
-            t0 = time.perf_counter()
-            for kind in _designed_slots(cand):
-                bounds = self.bounds if kind == "imagination" else None
-                try:
-                    result = validate(cand.slot_code(kind), kind, limits=self.limits, bounds=bounds)
-                except SandboxError as e:
-                    raise SandboxError(f"validating {cand.id} ({kind}): {e}") from None
-                if not result.ok:
-                    break
-            return cand, result, time.perf_counter() - t0
+        """Validates the designed slots of every pending candidate (both stages, in the
+        sandbox), ``loop.validation_workers`` validations at once, the slots of one
+        candidate among them (the reference has two or more). A candidate's verdict is its
+        first slot to fail, in slot order, else its last slot's result; a slot that would
+        start after another slot of its candidate failed is not validated (with one worker:
+        exactly the slots up to the first failure). ``timing["validate"]`` sums its slots'
+        seconds."""
+        failed: set[str] = set()
 
-        workers = max(1, min(self.loop.validation_workers, len(pending)))
-        with ThreadPoolExecutor(workers) as pool:
+        def check(cand: Candidate, kind: str):
+            if cand.id in failed:
+                return None
+            t0 = time.perf_counter()
+            bounds = self.bounds if kind == "imagination" else None
             try:
-                for cand, result, seconds in pool.map(check, pending):
+                result = validate(cand.slot_code(kind), kind, limits=self.limits, bounds=bounds)
+            except SandboxError as e:
+                raise SandboxError(f"validating {cand.id} ({kind}): {e}") from None
+            if not result.ok:
+                failed.add(cand.id)
+            return result, time.perf_counter() - t0
+
+        jobs = [(cand, kind) for cand in pending for kind in _designed_slots(cand)]
+        workers = max(1, min(self.loop.validation_workers, len(jobs)))
+        with ThreadPoolExecutor(workers) as pool:
+            # submitted candidate by candidate, slot by slot: a slot starts after the ones
+            # before it, so a skipped slot always follows the failed one
+            futures = [(cand, pool.submit(check, cand, kind)) for cand, kind in jobs]
+            try:
+                for cand in pending:
+                    result, seconds = None, 0.0
+                    for future in (f for c, f in futures if c is cand):
+                        checked = future.result()
+                        if checked is None:  # after its candidate's failed slot
+                            break
+                        result, took = checked
+                        seconds += took
+                        if not result.ok:
+                            break
                     cand.validation = result.to_dict()
                     cand.timing["validate"] = seconds
                     if result.ok:

@@ -3,18 +3,19 @@
 The best candidate (highest validation score, ``loop.score``) and the reference
 ``j0-default`` (the default PPO, trained with the same budget) are reloaded from their
 checkpoints, each with the action prior it trained with, and run on the test days next
-to the baselines through the same rollout; the best is compared with the default PPO on
-the same orders (paired, on validation and test days). With several agents
-(``marl.agents > 1``) the test days run in the dynamic market with the run's evaluation
-profiles, each agent (and the team, ``team`` scenario) against every agent running TWAP
-and TWAP-POV, and the paired comparison is over every agent's order. Writes
-``report.md`` (top candidates with code and metrics, the table), ``report.json`` and
-``results.txt`` into the run folder, and marks the run finished.
+to the baselines through the same rollout (once when the best is the reference); the
+best is compared with the default PPO on the same orders (paired, on validation and test
+days). With several agents (``marl.agents > 1``) the test days run in the dynamic market
+with the run's evaluation profiles, each agent (and the team, ``team`` scenario) against
+every agent running TWAP and TWAP-POV, and the paired comparison is over every agent's
+order. Writes ``report.md`` (top candidates with code and metrics, the table),
+``report.json`` and ``results.txt`` into the run folder, and marks the run finished.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from serl_jax.agents_experiment import evaluate_agents, make_agents_env
@@ -109,17 +110,42 @@ def _best_vs_default_md(best_id: str, paired: dict) -> str:
     )
 
 
+def _once_per_candidate(
+    names: dict[str, Candidate], evaluate: Callable[[dict[str, Candidate]], dict[str, Any]]
+) -> dict[str, Any]:
+    """``evaluate``'s results (by policy name) with each candidate of ``names`` evaluated
+    once: when the best is the reference itself, its one rollout serves both names (the
+    same policy on the same days and key gives the same results), the second name placed
+    right after the first.
+
+    Args:
+        names: policy name -> candidate.
+        evaluate: policy name -> candidate, for the names to roll out, to the results by
+            name (those names and any others, e.g. baselines, in its own order).
+    """
+    first: dict[str, str] = {}
+    same = {name: first.setdefault(cand.id, name) for name, cand in names.items()}
+    computed = evaluate({name: cand for name, cand in names.items() if same[name] == name})
+    results: dict[str, Any] = {}
+    for name, value in computed.items():
+        results[name] = value
+        results.update({alias: value for alias, of in same.items() if of == name != alias})
+    return results
+
+
 def _single_agent_test(cfg: Config, store: RunStore, best: Candidate, reference: Candidate,
                        splits: MarketSplits) -> tuple[str, dict, dict]:  # fmt: skip
     """The best candidate, the default PPO and the baselines on the test days (static
     market): the table, ``report.json``'s ``test`` entry and the paired best vs default."""
-    policies = {
-        f"SE-RL {best.id}": _ppo_policy(cfg, store, best),
-        "PPO default": _ppo_policy(cfg, store, reference),
-        **baseline_policies(cfg),
-    }
     test_params = cfg.env_params(MarketData.from_episodes(splits.test))
-    results = evaluate_policies(cfg, ExecutionEnv(), test_params, policies)
+
+    def evaluate(names: dict[str, Candidate]):
+        policies = {name: _ppo_policy(cfg, store, cand) for name, cand in names.items()}
+        policies.update(baseline_policies(cfg))
+        return evaluate_policies(cfg, ExecutionEnv(), test_params, policies)
+
+    names = {f"SE-RL {best.id}": best, "PPO default": reference}
+    results = _once_per_candidate(names, evaluate)
     table = format_table({(splits.name, name): m for name, (m, _) in results.items()})
     paired = _best_vs_default(
         best, results[f"SE-RL {best.id}"][1], results["PPO default"][1], float(test_params.side)
@@ -146,9 +172,13 @@ def _agents_test(cfg: Config, store: RunStore, best: Candidate, reference: Candi
     and the paired best vs default over every agent's order."""
     _, params = agents_market(cfg, cfg.loop.market, ("test",))
     env = make_agents_env(cfg, evaluation_profile(cfg))
+
+    def evaluate(names: dict[str, Candidate]):
+        policies = {name: _agents_policy(cfg, store, cand) for name, cand in names.items()}
+        return evaluate_agents(cfg, env, params["test"], policies)
+
     names = {f"SE-RL {best.id}": best, "PPO default": reference}
-    policies = {name: _agents_policy(cfg, store, cand) for name, cand in names.items()}
-    results = evaluate_agents(cfg, env, params["test"], policies)
+    results = _once_per_candidate(names, evaluate)
     rows = {}
     for name, result in results.items():
         for i, m in enumerate(result.agents):

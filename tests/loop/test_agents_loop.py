@@ -3,10 +3,11 @@ LLM4Communication modules, multi-agent candidates trained with MAPPO in the dyna
 market and scored on the run's evaluation profiles, the reflection (per-agent PA,
 spread, message statistics) and the multi-agent test report.
 
-One scripted loop iteration on the A-share sample at the tiny preset: the script answers
-the LLM4Profiling prompt with a profile that makes every agent a buyer in the first half
-of the day, then with one whose window is empty (rejected at run time); and the
-LLM4Communication prompt with the library's mlp_message (8 numbers per message).
+One scripted loop iteration on the A-share sample at the tiny preset (one seed, 8
+validation and 12 test days): the script answers the LLM4Profiling prompt with a profile
+that makes every agent a buyer in the first half of the day, then with one whose window
+is empty (rejected at run time); and the LLM4Communication prompt with the library's
+mlp_message (8 numbers per message).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def agents_run(tmp_path_factory):
         "--llm", f"scripted:{script}", "--iterations", "1", "--candidates", "3",
         "--agents", "2", "--marl", "mappo", "--modules", "profiling,communication",
         "loop.min_iterations=1", "eval.n_bootstrap=100", "loop.train_budget_s=0",
+        # one seed, 8 validation and 12 test days (of 32 and 40): shorter rollouts; the
+        # eight compiled programs (three trainers, five rollouts) are most of the time
+        "run.num_seeds=1", "data.train=0.9", "data.val=0.05",
     ]  # fmt: skip
     assert train.main(args) == 0
     (run_dir,) = list((tmp / "runs").iterdir())

@@ -247,6 +247,100 @@ def test_a_sandbox_failure_stops_the_loop_with_its_cause(tmp_path):
     assert store.iterations() == []
 
 
+def _reference_and_reward(store: RunStore) -> list[Candidate]:
+    """The reference (two slots) and one reward candidate, proposed in iteration 0."""
+    ref = Candidate(
+        "j0-default", 0, 0, "default", code=DEFAULT_CODE["reward"],
+        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
+    )  # fmt: skip
+    other = Candidate(
+        "j0-c1", 0, 1, "reward", code="bad", reward_code="bad",
+        network_code=DEFAULT_CODE["network"],
+    )  # fmt: skip
+    store.add_proposals(0, [], [(None, ref), (None, other)])
+    return store.candidates(0)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_validation_runs_a_candidates_slots_at_once_and_keeps_the_first_failure(
+    tmp_path, monkeypatch, workers
+):
+    """No sandbox: a fake ``validate`` in which the reference's reward fails after its
+    network has started (two workers) and the other candidate's reward passes."""
+    import threading
+
+    from llm.validate import ValidationResult
+    from serl_jax.loop import outer
+
+    started: list[tuple[str, str]] = []
+    network_started = threading.Event()
+
+    def fake_validate(code, kind, limits=None, bounds=None):
+        started.append(("other" if code == "bad" else "ref", kind))
+        if kind == "network":
+            network_started.set()
+            return ValidationResult(True, None, "network ok")
+        if code == "bad":
+            return ValidationResult(True, None, "reward ok")
+        if workers == 2:  # the network slot runs beside this one
+            assert network_started.wait(timeout=30)
+        return ValidationResult(False, "runtime", "reward failed")
+
+    monkeypatch.setattr(outer, "validate", fake_validate)
+    cfg = load_config(TINY, [f"loop.validation_workers={workers}"])
+    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
+    loop = SERLLoop(cfg, ScriptedBackend(["unused"]), store, obs_dim=7, num_features=5, log=None)
+    loop._validate(_reference_and_reward(store))
+    ref, other = store.candidates(0)
+    # the first slot to fail, in slot order, is the reference's verdict
+    assert (ref.status, ref.validation["reason"]) == ("rejected", "reward failed")
+    assert ref.error == "rejected at the runtime stage: reward failed"
+    assert (other.status, other.validation["reason"]) == ("validated", "reward ok")
+    if workers == 1:  # one at a time: the reference's network is never started
+        assert started == [("ref", "reward"), ("other", "reward")]
+    else:
+        assert sorted(started) == [("other", "reward"), ("ref", "network"), ("ref", "reward")]
+
+
+def test_non_finite_parameters_fail_the_candidate_before_scoring():
+    import types
+
+    import jax.numpy as jnp
+
+    from serl_jax.rl.policy import PPOPolicyParams
+
+    cfg = load_config(TINY)
+    params = {"actor": {"w": jnp.ones((3, 2)), "b": jnp.array([0.0, jnp.nan])}}
+    trained = types.SimpleNamespace(policy_params=PPOPolicyParams(params=params, obs_stats=None))
+    reason = evaluation.validation_metrics(cfg, trained, outcomes=None)  # not reached
+    assert reason == "training diverged: non-finite network parameters"
+
+
+def test_the_report_rolls_the_reference_out_once_when_it_is_the_best():
+    from serl_jax.loop.report import _once_per_candidate
+
+    ref = Candidate("j0-default", 0, 0, "default")
+    other = Candidate("j1-c0", 1, 0, "reward")
+    asked = []
+
+    def evaluate(names):
+        asked.append(list(names))
+        return {"TWAP": "twap", **{name: f"rollout of {c.id}" for name, c in names.items()}}
+
+    same = _once_per_candidate({"SE-RL j0-default": ref, "PPO default": ref}, evaluate)
+    assert asked == [["SE-RL j0-default"]]
+    assert list(same.items()) == [
+        ("TWAP", "twap"),
+        ("SE-RL j0-default", "rollout of j0-default"),
+        ("PPO default", "rollout of j0-default"),
+    ]
+    both = _once_per_candidate({"SE-RL j1-c0": other, "PPO default": ref}, evaluate)
+    assert asked[1] == ["SE-RL j1-c0", "PPO default"]
+    assert both == {
+        "TWAP": "twap", "SE-RL j1-c0": "rollout of j1-c0", "PPO default": "rollout of j0-default"
+    }  # fmt: skip
+
+
 def test_a_candidate_past_its_training_budget_fails_and_the_loop_goes_on(tmp_path):
     # A tiny-preset program needs several seconds to compile in a fresh worker process, so
     # with a 2 s budget each j1 candidate is stopped mid-way and scored as failed.
