@@ -48,6 +48,11 @@ updates (a teacher and its student train twice the default's).
 decides every n minutes and a TWAP executor trades its size inside the interval, as in
 Qlib's nested execution), each paired with plain PPO, chosen and reported the same way.
 
+``--discrete`` measures discrete action sets (``network.action_multiples``: each minute
+the policy picks one of a few multiples of the anchored TWAP prior's child order, a
+categorical policy, as OPD's action space in Qlib), each paired with plain PPO, chosen and
+reported the same way.
+
 Run from the repository root (2 CPU cores: about 4 minutes for the ladder, 12 for the
 ablation at the default preset)::
 
@@ -58,6 +63,7 @@ ablation at the default preset)::
     python benchmarks/bench_learning.py --headroom        # seconds, no training
     python benchmarks/bench_learning.py --opd             # oracle policy distillation
     python benchmarks/bench_learning.py --intervals       # decision intervals
+    python benchmarks/bench_learning.py --discrete        # discrete action sets
     python benchmarks/bench_learning.py --config configs/gpu.yaml   # on an accelerator
 """
 
@@ -102,6 +108,15 @@ INTERVAL_VARIANTS: tuple[Variant, ...] = tuple(
     ("interval", f"decision every {n} min", ["market.mode=static", f"env.step_minutes={n}"], None)
     for n in (5, 15, 30)
 )
+DISCRETE_VARIANTS: tuple[Variant, ...] = tuple(
+    ("discrete", f"multiples {{{', '.join(f'{m:g}' for m in multiples)}}}",
+     ["loop.llm=none", f"network.action_multiples={list(multiples)}"], None)
+    for multiples in (
+        (0.0, 0.5, 1.0, 1.5, 2.0),  # OPD-like: skip, half, the prior, 1.5x, 2x
+        (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0),  # finer
+        (0.5, 0.75, 1.0, 1.25, 1.5),  # narrow, never skips
+    )
+)  # fmt: skip
 # (label, overrides, reward program of the design library or None for the default)
 ABLATION: tuple[tuple[str, list[str], str | None], ...] = (
     ("old defaults (G=1, λ=0.95, one-step tracking)", [*OLD_DEFAULTS, *FIXED], None),
@@ -484,7 +499,9 @@ def main() -> None:
     parser.add_argument("--markets", default="sample:cn_1min,sample:us_1min")
     parser.add_argument("--rungs", default="abc", help="any of a, b, c")
     parser.add_argument("--ablation", action="store_true", help="the ablation table instead")
-    parser.add_argument("--only", default="", help="ablation rows whose label contains this")
+    parser.add_argument(
+        "--only", default="", help="ablation rows or variants whose label contains this"
+    )
     parser.add_argument(
         "--heldout", action="store_true", help="leave-one-symbol-out evaluation instead"
     )
@@ -496,6 +513,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--intervals", action="store_true", help="decision intervals against plain PPO instead"
+    )
+    parser.add_argument(
+        "--discrete", action="store_true", help="discrete action sets against plain PPO instead"
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parser.parse_args()
@@ -517,10 +537,10 @@ def main() -> None:
         heldout(cfg, markets)
     elif args.headroom:
         headroom(cfg, markets)
-    elif args.opd:
-        versus_ppo(cfg, markets, opd_variants(cfg))
-    elif args.intervals:
-        versus_ppo(cfg, markets, INTERVAL_VARIANTS)
+    elif args.opd or args.intervals or args.discrete:
+        variants = opd_variants(cfg) if args.opd else INTERVAL_VARIANTS
+        variants = DISCRETE_VARIANTS if args.discrete else variants
+        versus_ppo(cfg, markets, tuple(v for v in variants if args.only in v[1]))
     else:
         if "a" in args.rungs:
             print("\n".join(rung_a(cfg)), flush=True)

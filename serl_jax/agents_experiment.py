@@ -37,7 +37,6 @@ from serl_jax.metrics import (
     shortfall,
 )
 from serl_jax.rl.marl import StaticMarket, make_marl_policy, make_marl_trainer
-from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams
 
 
@@ -147,7 +146,7 @@ def train_agents(
         ValueError: hybrid training without ``static_train_params``.
     """
     if network is None:
-        network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+        network = cfg.network.build()
     val_env = env if val_env is None else val_env
     prior = cfg.network.prior()
     static = None

@@ -25,7 +25,7 @@ from serl_jax.envs.multi_agent import SCENARIOS
 from serl_jax.lob.engine import LOB_ENGINES
 from serl_jax.rl.hybrid import HybridConfig
 from serl_jax.rl.marl import ALGORITHMS, MARLConfig
-from serl_jax.rl.networks import declared_prior_anchor
+from serl_jax.rl.networks import check_action_multiples, declared_prior_anchor, make_network
 from serl_jax.rl.ppo import ActionPrior, PPOConfig, no_action_prior
 
 ACTION_PRIORS = ("twap", "none")
@@ -84,6 +84,10 @@ class NetworkConfig:
     prior_anchor_steps: time constant, in steps, with which the TWAP prior pulls the
         inventory back to the TWAP schedule (0: catch up in one step, as the TWAP
         baseline does); chosen on validation days (README, "Why PPO did not learn").
+    action_multiples: a discrete action set (OPD-style): the policy picks one of these
+        multiples of the TWAP prior's child order each minute
+        (:class:`serl_jax.rl.distributions.PriorMultiples`); empty (default) for the
+        logit-normal policy. Needs ``action_prior: twap``.
     """
 
     def __post_init__(self):
@@ -96,11 +100,23 @@ class NetworkConfig:
             raise ValueError(
                 f"network.prior_anchor_steps: must be >= 0, got {self.prior_anchor_steps}"
             )
+        check_action_multiples(self.action_multiples, "network.action_multiples")
+        if self.action_multiples and self.action_prior != "twap":
+            raise ValueError(
+                "network.action_multiples: a discrete action set multiplies the TWAP "
+                f"prior's child order; set network.action_prior=twap, not {self.action_prior!r}"
+            )
 
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     action_prior: str = "twap"
     prior_anchor_steps: float = 20.0
+    action_multiples: tuple[float, ...] = ()
+
+    def build(self) -> Any:
+        """The framework's network (:func:`serl_jax.rl.networks.make_network`) these
+        settings describe."""
+        return make_network(self.hidden_sizes, self.activation, self.action_multiples)
 
     def prior(self) -> ActionPrior:
         """The action prior these settings name: raw observation ``[..., D]`` -> logit."""
@@ -148,7 +164,7 @@ def saved_network_config(saved: Mapping[str, Any]) -> NetworkConfig:
         ConfigError: the saved section has unknown keys or bad values.
     """
     network = {"prior_anchor_steps": 0.0, **saved.get("network", {})}
-    return config_from_dict({"network": network}).network
+    return _section("network", NetworkConfig, network)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -578,6 +594,10 @@ class Config:
         }
 
 
+# The element type of tuple keys whose default is empty (nothing to read it from).
+_EMPTY_TUPLE_ELEMENTS = {"network.action_multiples": 0.0}
+
+
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """Checks ``value`` against the type of ``default``; returns it in that type."""
     if isinstance(default, bool):
@@ -603,7 +623,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         return value
     if isinstance(default, tuple):
         items = value if isinstance(value, list | tuple) else [value]
-        element = default[0] if default else ""
+        element = default[0] if default else _EMPTY_TUPLE_ELEMENTS.get(key, "")
         return tuple(_coerce(f"{key}[{i}]", v, element) for i, v in enumerate(items))
     raise ConfigError(f"{key}: unsupported value {value!r}")
 
@@ -717,6 +737,12 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
         raise ConfigError(
             f"env.step_minutes={cfg.env['step_minutes']}: decision intervals run in the static "
             "market with one agent (market.mode=static, --env static)"
+        )
+    if cfg.network.action_multiples and cfg.loop.llm.strip().lower() != "none":
+        raise ConfigError(
+            "network.action_multiples: sets the action set of the framework's network "
+            "(--llm none); in the SE-RL loop a network program declares its own "
+            "(field action_multiples)"
         )
     if cfg.ppo.distill_coef > 0.0 and (
         cfg.loop.llm.strip().lower() != "none"

@@ -45,7 +45,6 @@ from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage,
 from serl_jax.rl.distillation import make_teacher
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
-from serl_jax.rl.networks import make_network
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import TeacherPolicy, make_trainer
 from serl_jax.rl.sharding import DevicePlan, constrain_runner, plan_devices, shard_runner
@@ -245,7 +244,7 @@ def train_policy(
             (:func:`serl_jax.rl.sharding.plan_devices`).
     """
     if network is None:
-        network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+        network = cfg.network.build()
     action_prior = cfg.network.prior()
     if (dynamic is None) != (hybrid is None):
         raise ValueError("train_policy: give dynamic and hybrid together (or neither)")
@@ -411,7 +410,7 @@ def train_candidates(
             train the candidates one at a time to tell whose fault it is).
     """
     if network is None:
-        network = make_network(cfg.network.hidden_sizes, cfg.network.activation)
+        network = cfg.network.build()
     n_candidates, n_seeds = len(reward_fns), cfg.run.num_seeds
     if action_priors is None:
         action_priors = [cfg.network.prior()] * n_candidates

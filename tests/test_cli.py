@@ -122,6 +122,28 @@ def test_train_by_policy_distillation(tmp_path):
     assert math.isfinite(shortfall)
 
 
+def test_a_discrete_action_set_trains_and_evaluates(tmp_path, capsys):
+    """``network.action_multiples`` trains a categorical policy; its checkpoint rebuilds
+    the same policy in ``python -m serl_jax.evaluate`` (same PA on the same test days)."""
+    args = [
+        "--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min",
+        "--llm", "none", "--env", "static", "run.num_seeds=1", "ppo.total_timesteps=1024",
+        "network.action_multiples=[0, 0.5, 1, 2]",
+    ]  # fmt: skip
+    assert train.main(args) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    checkpoint = run_dir / "us_1min" / "checkpoint"
+    saved = json.loads((checkpoint / "policy.json").read_text())["config"]["network"]
+    assert saved["action_multiples"] == [0.0, 0.5, 1.0, 2.0]
+    capsys.readouterr()
+    assert evaluate.main(["--data", "sample:us_1min", "--policy", str(checkpoint), "--json"]) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    trained = json.loads((run_dir / "metrics.json").read_text())["markets"]["us_1min"]
+    assert record["PA"]["value"] == pytest.approx(
+        trained["policies"]["PPO"]["PA"]["value"], abs=1e-6
+    )
+
+
 def test_evaluate_in_the_dynamic_market(capsys):
     code = evaluate.main(
         ["--data", "sample:cn_1min", "--env", "dynamic", "--json"]

@@ -129,7 +129,7 @@ def _signal_errors(algorithm: str, seeds: int = 4) -> np.ndarray:
     def error(runner):
         x = runner.obs_stats.normalize(obs)
         logits, _ = network.apply(runner.train_state.params["actor"], with_agent_ids(x))
-        action = LogitNormal.from_logits(logits).median_action()
+        action = LogitNormal.from_logits(logits).deterministic_action()
         return ((action - jax.nn.sigmoid(state.signal)) ** 2).mean()
 
     return np.asarray(jax.vmap(error)(runners))
@@ -242,12 +242,17 @@ def _waiting_profile(key, i, n, params):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm, talking", [("ippo", False), ("mappo", True)])
-def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm, talking):
+@pytest.mark.parametrize(
+    "algorithm, talking, multiples",
+    [("ippo", False, None), ("mappo", True, None), ("ippo", False, (0.0, 1.0, 2.0))],
+)
+def test_marl_runs_on_the_execution_env_with_waiting_agents(
+    cn_market, algorithm, talking, multiples
+):
     """Two agents, agent 1 waiting for its window (minutes 5-14) while agent 0 trades
-    minutes 0-9: one update of each algorithm (MAPPO with messages) runs, trains only on
-    the steps each agent took (active share 20 of 30 agent-steps) and finishes both
-    agents' orders."""
+    minutes 0-9: one update of each algorithm (MAPPO with messages; IPPO also with a
+    discrete action set) runs, trains only on the steps each agent took (active share 20
+    of 30 agent-steps) and finishes both agents' orders."""
     data = jax.tree.map(lambda x: x[np.asarray([0, 10])], MarketData.from_episodes(cn_market.test))
     static = EnvParams(data=data)
     params = DynamicEnvParams.from_static(static, cn_market.stats, load_market_params(MARKET_YAML))
@@ -261,7 +266,7 @@ def test_marl_runs_on_the_execution_env_with_waiting_agents(cn_market, algorithm
         MARLConfig(algorithm),
         env,
         params,
-        make_network((16,)),
+        make_network((16,), "tanh", multiples),
         twap_action_prior,
         communication=Message() if talking else None,
     )

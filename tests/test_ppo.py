@@ -89,14 +89,16 @@ def test_logit_normal_matches_scipy():
     scale = np.exp(np.asarray(log_scale))
     np.testing.assert_allclose(dist.log_prob(z), stats.norm.logpdf(z, loc, scale), rtol=1e-5)
     np.testing.assert_allclose(dist.entropy(), stats.norm.entropy(loc, scale), rtol=1e-5)
-    np.testing.assert_allclose(dist.median_action(), 1 / (1 + np.exp(-np.asarray(loc))), rtol=1e-6)
+    np.testing.assert_allclose(
+        dist.deterministic_action(), 1 / (1 + np.exp(-np.asarray(loc))), rtol=1e-6
+    )
     samples = jax.vmap(dist.sample)(jax.random.split(jax.random.PRNGKey(0), 20000))
     np.testing.assert_allclose(samples.mean(axis=0), loc, atol=0.05)
     np.testing.assert_allclose(samples.std(axis=0), scale, rtol=0.03)
     actions = LogitNormal.action(samples)
     assert bool(jnp.all((actions >= 0) & (actions <= 1)))
     # The median of the action is sigmoid(loc).
-    np.testing.assert_allclose(np.median(actions, axis=0), dist.median_action(), atol=0.01)
+    np.testing.assert_allclose(np.median(actions, axis=0), dist.deterministic_action(), atol=0.01)
 
 
 def test_log_scale_is_clipped():

@@ -104,6 +104,9 @@ Write the policy/value network for the network slot, a flax.linen module:
   with d the TWAP slices the order is ahead (0: catch up in one step). Participation
   child orders fill more in busy minutes and less in quiet ones; a larger k lets those
   deviations persist instead of being undone.
+- Optional field `action_multiples: tuple` (2 to 64 distinct numbers in [0, 100]), a
+  discrete action set: `policy_outputs` is then `[..., K]`, the logits of a categorical
+  over those multiples of the TWAP prior's child order (1: the prior's own order).
 - Observations are normalized with running statistics before the network sees them.
 - At most 1,000,000 parameters; use glorot/lecun/variance_scaling initializers
   (no orthogonal init or jnp.linalg).""",

@@ -19,7 +19,8 @@ Entry points: ``kind="reward"``: ``def reward(prev_state, action, next_state, pa
 returning a float32 scalar (``EnvState`` / ``EnvParams`` of
 :mod:`serl_jax.envs.execution`); ``kind="network"``: ``class Network(nn.Module)``,
 instantiated as ``Network()``, whose ``apply(params, obs[..., D])`` returns
-``(policy_outputs [..., 2], value [...])``; ``kind="imagination"``:
+``(policy_outputs [..., 2], value [...])`` (``[..., K]`` when it declares a discrete
+action set of K ``action_multiples``); ``kind="imagination"``:
 ``def imagine(key, price, volume, params)`` returning ``(price [T], volume [T])``
 (:mod:`serl_jax.components.imagination`), tried on real training days and rejected when
 an imagined day is malformed or outside

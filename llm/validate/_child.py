@@ -455,10 +455,12 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
     import jax
     import jax.numpy as jnp
 
-    from serl_jax.rl.networks import declared_prior_anchor
+    from serl_jax.rl.networks import declared_action_multiples, declared_prior_anchor
 
     module = entry()
     anchor = declared_prior_anchor(module)
+    multiples = declared_action_multiples(module)
+    width = len(multiples) if multiples else 2  # policy outputs: (loc, log σ) or K logits
     key, shapes, n_params = _module_shapes(module, obs, max_params, "network")
     dim = obs.shape[-1]
     for batch in [(obs.shape[0],), (), (2, 3)]:
@@ -467,10 +469,10 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
         if not (isinstance(out, tuple) and len(out) == 2):
             raise ValueError("network must return a tuple (policy_outputs, value)")
         policy, value = out
-        if tuple(policy.shape) != (*batch, 2) or tuple(value.shape) != batch:
+        if tuple(policy.shape) != (*batch, width) or tuple(value.shape) != batch:
             raise ValueError(
                 f"on obs {(*batch, dim)} the network returned policy {tuple(policy.shape)} "
-                f"and value {tuple(value.shape)}; expected {(*batch, 2)} and {batch}"
+                f"and value {tuple(value.shape)}; expected {(*batch, width)} and {batch}"
             )
         if policy.dtype != jnp.float32 or value.dtype != jnp.float32:
             raise ValueError(f"network outputs must be float32, got {policy.dtype}, {value.dtype}")
@@ -481,6 +483,8 @@ def _check_network(entry, obs, max_params: int, max_bytes: int):
     note = f"{n_params} parameters, outputs finite on {obs.shape[0]} real observations"
     if anchor is not None:
         note += f", prior anchor {anchor:g} steps"
+    if multiples:
+        note += f", discrete action set {list(multiples)}"
     return note, lambda: apply(variables, obs)
 
 

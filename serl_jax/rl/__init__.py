@@ -1,8 +1,8 @@
 """PPO + GAE in JAX (plain and hybrid static + dynamic market), IPPO and MAPPO, the network
-slot, the action distribution and checkpoints."""
+slot, the action distributions and checkpoints."""
 
 from serl_jax.rl.checkpoint import CheckpointError, load_policy, save_policy
-from serl_jax.rl.distributions import LogitNormal
+from serl_jax.rl.distributions import LogitNormal, PriorMultiples, action_distribution
 from serl_jax.rl.hybrid import HybridConfig, adapt_weights, make_hybrid_trainer
 from serl_jax.rl.marl import MARLConfig, make_marl_policy, make_marl_trainer
 from serl_jax.rl.networks import ActorCritic, make_network
@@ -26,9 +26,11 @@ __all__ = [
     "MARLConfig",
     "PPOConfig",
     "PPOPolicyParams",
+    "PriorMultiples",
     "RunningStats",
     "Trainer",
     "Transition",
+    "action_distribution",
     "adapt_weights",
     "calculate_gae",
     "load_policy",

@@ -92,7 +92,11 @@ def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, 
         except (StaticError, TypeError) as err:
             raise CheckpointError(f"{meta_path}: network_code refused ({err})") from None
     else:
-        network = make_network(tuple(net_cfg["hidden_sizes"]), net_cfg["activation"])
+        network = make_network(
+            tuple(net_cfg["hidden_sizes"]),
+            net_cfg["activation"],
+            net_cfg.get("action_multiples"),  # absent in checkpoints before 2026-11-24
+        )
     template = PPOPolicyParams(
         params=network.init(jax.random.PRNGKey(0), jnp.zeros((obs_size,), jnp.float32)),
         obs_stats=RunningStats.create(obs_size),

@@ -11,10 +11,12 @@ Here the teacher is a policy trained with the diagnostic volume leak
 (``EnvParams.diagnostic_volume_leak``: the current minute's true volume, which the
 hindsight oracle's edge is made of), evaluated on the *same* environment states the
 student visits, through the leaked observation of those states. Both policies are
-Gaussian in the action logit (:class:`~serl_jax.rl.distributions.LogitNormal`), so ``L_d``
-is the cross-entropy of the student under the teacher's distribution
-(:meth:`LogitNormal.cross_entropy`): OPD's negative log-likelihood averaged over the
-teacher's actions, and exactly it for a deterministic teacher.
+Gaussian in the action logit (:class:`~serl_jax.rl.distributions.LogitNormal`), or both
+categorical over the same discrete action set (``network.action_multiples``,
+:class:`~serl_jax.rl.distributions.PriorMultiples`, OPD's own setting), so ``L_d`` is the
+cross-entropy of the student under the teacher's distribution (``cross_entropy``): OPD's
+negative log-likelihood averaged over the teacher's actions, and exactly it for a
+deterministic teacher.
 
 A teacher trained on the student's own honest observations plugs in the same way
 (self-distillation; ``ppo.distill_teacher=honest``). On the samples it does as well as
@@ -29,7 +31,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from serl_jax.rl.distributions import LogitNormal
+from serl_jax.rl.distributions import ActionDistribution
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.ppo import ActionPrior, TeacherPolicy, policy_distribution
 
@@ -55,13 +57,13 @@ def make_teacher(
             (as :func:`serl_jax.rl.policy.make_ppo_policy` takes them).
 
     Returns:
-        ``teacher(env_states) -> LogitNormal`` with ``[N]`` float32 ``loc`` and ``scale``
-        for a batch of ``N`` states (leading axis ``[N]``). The teacher is fixed: no
-        gradient flows into it.
+        ``teacher(env_states) -> LogitNormal | PriorMultiples`` (the teacher network's
+        policy: ``[N]`` ``loc`` and ``scale``, or ``[N, K]`` logits) for a batch of ``N``
+        states (leading axis ``[N]``). The teacher is fixed: no gradient flows into it.
     """
     observe = jax.vmap(env.get_obs, in_axes=(0, None))
 
-    def teacher(env_states) -> LogitNormal:
+    def teacher(env_states) -> ActionDistribution:
         obs = observe(env_states, teacher_env_params)
         dist, _ = policy_distribution(network, params, obs_stats, obs, normalize_obs, action_prior)
         return jax.lax.stop_gradient(dist)

@@ -49,8 +49,8 @@ import jax.numpy as jnp
 from flax.training.train_state import TrainState
 
 from serl_jax.components.communication import message_size
-from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.hybrid import HybridConfig, check_lanes, next_weights, weighted_loss
+from serl_jax.rl.networks import network_policy
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.ppo import (
     ActionPrior,
@@ -397,11 +397,11 @@ def make_marl_trainer(
             x = normalize(stats, obs)
             logits, value, joint = evaluate(params, x, senders)
             prior_logit = action_prior(obs)
-            dist = LogitNormal.from_logits(logits, prior_logit)
+            dist = network_policy(network, logits, prior_logit)
             action = dist.sample(key_act)
             step_keys = lane_keys(key_step, num_envs, config.group_size)
             next_obs, env_state, reward, terminated, truncated, info = step_batch(
-                step_keys, env_state, LogitNormal.action(action), market_params
+                step_keys, env_state, dist.action(action), market_params
             )
             active = info.get("active", jnp.ones_like(terminated))
             next_observing = info.get("observing", jnp.ones_like(terminated))
@@ -487,7 +487,7 @@ def make_marl_trainer(
         """One market's masked PPO loss of a flat minibatch."""
         t = minibatch.traj
         logits, value = evaluate_flat(params, t)
-        dist = LogitNormal.from_logits(logits, t.prior_logit)
+        dist = network_policy(network, logits, t.prior_logit)
         return ppo_objective(config, dist, value, minibatch, mask=t.mask)
 
     def evaluate_flat(params, t: MATransition):
@@ -550,7 +550,8 @@ def make_marl_policy(
     """The trained agents as a multi-agent policy of
     :func:`~serl_jax.evaluation.multi_agent_rollout`: ``policy(PPOPolicyParams, key,
     obs [N, D], state, params, memory) -> (actions float32[N], memory)``, each agent's
-    median action ``sigmoid(loc)`` of the shared network on its (normalized) observation
+    deterministic action (the median ``sigmoid(loc)``, or a discrete set's most probable
+    multiple) of the shared network on its (normalized) observation
     with its one-hot index and, with ``communication``, the mean of the other agents'
     messages of the minute before (``memory``: their normalized observations then).
 
@@ -567,6 +568,6 @@ def make_marl_policy(
             received = received_messages(communication, params, memory)
             inputs = jnp.concatenate([inputs, received], axis=-1)
         logits, _ = network.apply(policy_params.params["actor"], inputs)
-        return LogitNormal.from_logits(logits, action_prior(obs)).median_action(), x
+        return network_policy(network, logits, action_prior(obs)).deterministic_action(), x
 
     return policy

@@ -8,7 +8,6 @@ import flax.linen as nn
 import jax
 from flax import struct
 
-from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.normalization import RunningStats
 from serl_jax.rl.ppo import ActionPrior, no_action_prior, policy_distribution
 
@@ -33,8 +32,9 @@ def make_ppo_policy(
         network: the flax module used in training.
         normalize_obs: apply the stored running statistics (as in training).
         action_prior: the reference action logit used in training.
-        deterministic: act with the median ``sigmoid(loc)`` (evaluation default) instead
-            of sampling.
+        deterministic: act with the policy's deterministic action (evaluation default:
+            the median ``sigmoid(loc)``, or a discrete set's most probable multiple)
+            instead of sampling.
 
     Returns:
         A single-episode policy returning a float32 action in [0, 1].
@@ -46,7 +46,7 @@ def make_ppo_policy(
             network, policy_params.params, policy_params.obs_stats, obs, normalize_obs, action_prior
         )
         if deterministic:
-            return dist.median_action()
-        return LogitNormal.action(dist.sample(key))
+            return dist.deterministic_action()
+        return dist.action(dist.sample(key))
 
     return policy

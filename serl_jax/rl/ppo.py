@@ -40,7 +40,8 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from serl_jax.rl.distributions import LogitNormal
+from serl_jax.rl.distributions import ActionDistribution
+from serl_jax.rl.networks import network_policy
 from serl_jax.rl.normalization import RunningStats
 
 DISTILL_TEACHERS = ("oracle", "honest")
@@ -157,7 +158,7 @@ class Transition(NamedTuple):
     obs: jnp.ndarray
     prior_logit: jnp.ndarray
     order_pa: jnp.ndarray
-    teacher: LogitNormal | None = None
+    teacher: ActionDistribution | None = None
     acted: jnp.ndarray | None = None
 
 
@@ -262,7 +263,7 @@ def calculate_gae(
 ActionPrior = Callable[[jnp.ndarray], jnp.ndarray]
 # Environment states [N] -> the teacher's action distribution [N] at them
 # (serl_jax.rl.distillation.make_teacher).
-TeacherPolicy = Callable[[Any], LogitNormal]
+TeacherPolicy = Callable[[Any], ActionDistribution]
 
 
 def no_action_prior(obs: jnp.ndarray) -> jnp.ndarray:
@@ -277,18 +278,21 @@ def policy_distribution(
     obs: jnp.ndarray,
     normalize: bool,
     action_prior: ActionPrior = no_action_prior,
-) -> tuple[LogitNormal, jnp.ndarray]:
+) -> tuple[ActionDistribution, jnp.ndarray]:
     """Applies the network slot to (optionally normalized) ``obs [..., D]``.
 
     ``action_prior`` maps the raw observation to a reference action logit ``[...]`` that
-    the network's output is added to (see :class:`LogitNormal`).
+    the network's output is added to (:class:`~serl_jax.rl.distributions.LogitNormal`),
+    or whose action a discrete action set multiplies
+    (:class:`~serl_jax.rl.distributions.PriorMultiples`).
 
     Returns:
-        The logit-normal policy and the value estimate ``[...]``.
+        The policy (:func:`serl_jax.rl.networks.network_policy`) and the value estimate
+        ``[...]``.
     """
     x = obs_stats.normalize(obs) if normalize else obs
     logits, value = network.apply(params, x)
-    return LogitNormal.from_logits(logits, action_prior(obs)), value
+    return network_policy(network, logits, action_prior(obs)), value
 
 
 def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
@@ -412,12 +416,12 @@ def collect_rollout(
         x = obs_stats.normalize(obs) if config.normalize_obs else obs
         logits, value = network.apply(params, x)
         prior_logit = action_prior(obs)
-        dist = LogitNormal.from_logits(logits, prior_logit)
-        action = dist.sample(key_act)  # the logit z; the env trades sigmoid(z)
+        dist = network_policy(network, logits, prior_logit)
+        action = dist.sample(key_act)  # the logit z (the env trades sigmoid(z)) or an index
         log_prob = dist.log_prob(action)
         step_keys = lane_keys(key_step, obs.shape[0], config.group_size)
         next_obs, env_state, reward, terminated, truncated, info = step_batch(
-            step_keys, env_state, LogitNormal.action(action), env_params
+            step_keys, env_state, dist.action(action), env_params
         )
         done = jnp.logical_or(terminated, truncated)
         obs_stats = obs_stats.update(next_obs) if config.normalize_obs else obs_stats
@@ -481,7 +485,7 @@ def ppo_loss(
     """
     t = minibatch.traj
     logits, value = network.apply(params, t.obs)
-    dist = LogitNormal.from_logits(logits, t.prior_logit)
+    dist = network_policy(network, logits, t.prior_logit)
     total, stats = ppo_objective(config, dist, value, minibatch, t.acted)
     if t.teacher is not None:
         cross_entropy = dist.cross_entropy(t.teacher)
@@ -499,7 +503,7 @@ def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
 
 def ppo_objective(
     config: PPOConfig,
-    dist: LogitNormal,
+    dist: ActionDistribution,
     value: jnp.ndarray,
     minibatch: Any,
     mask: jnp.ndarray | None = None,
