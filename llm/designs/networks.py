@@ -4,6 +4,8 @@ Contract (:mod:`serl_jax.rl.networks`): ``Network()`` (every field has a default
 ``apply(params, obs[..., D]) -> (policy_outputs[..., 2], value[...])``; the policy outputs
 are the mean and log-std of the action logit as a residual around the TWAP prior, so every
 policy head starts near zero (``variance_scaling(1e-4)``) with bias ``(0, log 0.5)``.
+``discrete_mlp`` declares a discrete action set (``action_multiples``) and returns one
+logit per multiple instead, the prior's own order (multiple 1) at probability 1/2.
 Initializers are Glorot / LeCun / variance scaling only: orthogonal init and
 ``jnp.linalg`` call LAPACK, which deadlocked under ``vmap`` on CPU. The observation is
 ``[4 private features, lookback x market features]``.
@@ -186,6 +188,36 @@ class Network(nn.Module):
         return policy, value[..., 0]
 """
 
+_DISCRETE_MLP = """\
+# discrete_mlp: the default's separate tanh MLPs with a discrete action set: each minute
+# one of the multiples 0, 0.5, 1, 1.5, 2 of the TWAP prior's child order (a categorical
+# over action_multiples, OPD's action space), probability 1/2 on the prior's own order.
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Network(nn.Module):
+    width: int = 64  # hidden units per layer
+    depth: int = 2  # hidden layers per MLP
+    action_multiples: tuple = (0.0, 0.5, 1.0, 1.5, 2.0)  # of the prior's child order
+
+    @nn.compact
+    def __call__(self, obs):
+        init = nn.initializers.glorot_uniform()
+        actor = obs
+        critic = obs
+        for _ in range(self.depth):
+            actor = nn.tanh(nn.Dense(self.width, kernel_init=init)(actor))
+            critic = nn.tanh(nn.Dense(self.width, kernel_init=init)(critic))
+        multiples = jnp.asarray(self.action_multiples)
+        unit = jnp.arange(multiples.size) == jnp.argmin(jnp.abs(multiples - 1.0))
+        small = nn.initializers.variance_scaling(1e-4, "fan_avg", "uniform")
+        bias = nn.initializers.constant(jnp.where(unit, jnp.log(multiples.size - 1.0), 0.0))
+        policy = nn.Dense(multiples.size, kernel_init=small, bias_init=bias)(actor)
+        value = nn.Dense(1, kernel_init=init)(critic)
+        return policy, value[..., 0]
+"""
+
 NETWORKS: tuple[Design, ...] = tuple(
     Design(code.split(":", 1)[0].lstrip("# "), "network", code)
     for code in (
@@ -195,5 +227,6 @@ NETWORKS: tuple[Design, ...] = tuple(
         _LAYERNORM_MLP,
         _RESIDUAL_MLP,
         _SPLIT_ENCODER,
+        _DISCRETE_MLP,
     )
 )
