@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -594,12 +595,9 @@ class Config:
         }
 
 
-# The element type of tuple keys whose default is empty (nothing to read it from).
-_EMPTY_TUPLE_ELEMENTS = {"network.action_multiples": 0.0}
-
-
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Checks ``value`` against the type of ``default``; returns it in that type."""
+def _coerce(key: str, value: Any, default: Any, element: Any = "") -> Any:
+    """Checks ``value`` against the type of ``default``; returns it in that type. A tuple's
+    items are checked against its first item, or against ``element`` when it is empty."""
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true/false, got {value!r}")
@@ -623,7 +621,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         return value
     if isinstance(default, tuple):
         items = value if isinstance(value, list | tuple) else [value]
-        element = default[0] if default else _EMPTY_TUPLE_ELEMENTS.get(key, "")
+        element = default[0] if default else element
         return tuple(_coerce(f"{key}[{i}]", v, element) for i, v in enumerate(items))
     raise ConfigError(f"{key}: unsupported value {value!r}")
 
@@ -639,7 +637,15 @@ def _section(name: str, cls, values: Mapping[str, Any]):
     unknown = sorted(set(values) - set(defaults))
     if unknown:
         raise ConfigError(f"{name}.{unknown[0]}: unknown key; valid keys: {', '.join(defaults)}")
-    merged = {k: _coerce(f"{name}.{k}", values[k], defaults[k]) for k in values}
+    # an empty tuple default has no item to read the items' type from: the annotation has
+    elements = {
+        k: _empty_tuple_element(cls, k)
+        for k in values
+        if isinstance(defaults[k], tuple) and not defaults[k]
+    }
+    merged = {
+        k: _coerce(f"{name}.{k}", values[k], defaults[k], elements.get(k, "")) for k in values
+    }
     if cls is None:
         env = {**defaults, **merged}
         _check_env(env)
@@ -648,6 +654,16 @@ def _section(name: str, cls, values: Mapping[str, Any]):
         return cls(**merged)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def _empty_tuple_element(cls, key: str) -> Any:
+    """A default item of the type the section's dataclass annotates for a tuple field
+    (``tuple[float, ...]`` -> 0.0); "" when ``cls`` is None (the env section) or the field
+    is no such tuple."""
+    if cls is None:
+        return ""
+    args = typing.get_args(typing.get_type_hints(cls).get(key))
+    return args[0]() if args and args[-1] is Ellipsis else ""
 
 
 def _check_env(env: Mapping[str, Any]) -> None:

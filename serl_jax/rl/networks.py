@@ -158,12 +158,6 @@ def declared_action_multiples(network: nn.Module) -> tuple[float, ...] | None:
     return check_action_multiples(value, f"network field {ACTION_MULTIPLES_FIELD}")
 
 
-def policy_width(network: nn.Module) -> int:
-    """Width of the network's ``policy_outputs``: 2, or K for a discrete action set."""
-    multiples = declared_action_multiples(network)
-    return len(multiples) if multiples else 2
-
-
 def network_policy(
     network: nn.Module, outputs: jnp.ndarray, prior_logit: jnp.ndarray = 0.0
 ) -> ActionDistribution:
