@@ -13,7 +13,7 @@ of ``metrics.json``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,6 +248,7 @@ def evaluate_agents(
     env: MultiAgentExecutionEnv,
     env_params: DynamicEnvParams,
     policies: dict[str, tuple[Any, Any]],
+    days: Sequence[Any] | None = None,
 ) -> dict[str, AgentsEvaluation]:
     """Rolls every multi-agent policy out on every day of ``env_params`` and scores it.
 
@@ -263,6 +264,9 @@ def evaluate_agents(
         env_params: dynamic-market parameters of the evaluation days.
         policies: ``{name: (multi-agent policy, policy_params)}``
             (:func:`~serl_jax.evaluation.multi_agent_rollout`'s policy signature).
+        days: ``[E]`` each evaluation day (e.g. ``EpisodeSet.dates``): every interval
+            clusters by day (:mod:`serl_jax.metrics.inference`); None treats the orders
+            as independent.
 
     Returns:
         ``{name: AgentsEvaluation}``: TWAP, TWAP-POV, then ``policies``.
@@ -277,7 +281,7 @@ def evaluate_agents(
     }
     for name, (policy, params) in policies.items():
         rollouts[name] = jax.device_get(multi_agent_rollout(env, policy, params, env_params, key))
-    boot = {"confidence": cfg.eval.confidence, "n_bootstrap": cfg.eval.n_bootstrap}
+    boot = {"confidence": cfg.eval.confidence, "n_bootstrap": cfg.eval.n_bootstrap, "days": days}
     reference = rollouts[TWAP]
     team = env.scenario == "team"
     results = {}

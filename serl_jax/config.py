@@ -65,6 +65,11 @@ class DataConfig:
     min_bars_per_day: days with fewer bars are an error (or dropped, see short_days).
     short_days: ``"error"`` or ``"drop"`` (dropped days are reported, never silent).
     vol_window: rolling-volatility window of the features, minutes.
+    heldout_symbols: symbols held out of training and selection; their test days are
+        reported apart (:func:`serl_jax.data.hold_out_symbols`).
+    heldout_fraction: instead, the share of symbols held out, in ``[0, 1)``, drawn with
+        ``heldout_seed``.
+    heldout_seed: seed of that draw.
     """
 
     markets: tuple[str, ...] = ("sample:cn_1min", "sample:us_1min")
@@ -73,6 +78,17 @@ class DataConfig:
     min_bars_per_day: int = 100
     short_days: str = "error"
     vol_window: int = 15
+    heldout_symbols: tuple[str, ...] = ()
+    heldout_fraction: float = 0.0
+    heldout_seed: int = 0
+
+    def __post_init__(self):
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            raise ValueError(
+                f"data.heldout_fraction: must be in [0, 1), got {self.heldout_fraction}"
+            )
+        if self.heldout_symbols and self.heldout_fraction:
+            raise ValueError("data.heldout_symbols and data.heldout_fraction are both set; use one")
 
 
 @dataclasses.dataclass(frozen=True)

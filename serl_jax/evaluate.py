@@ -1,15 +1,25 @@
 """``python -m serl_jax.evaluate``: score policies on any dataset in the loader's format.
 
-Each policy executes one whole-day parent order per symbol-day of the chosen split.
-VWAP volume profiles, Almgren–Chriss σ and the feature normalization come from that
-dataset's own training days (its chronological split), whatever ``--split`` is.
+Each policy executes one whole-day parent order per symbol-day of the chosen split:
+
+* ``test`` (default): the test days of the training symbols, with the dataset's
+  chronological split (``data.train``, ``data.val``); VWAP volume profiles, Almgren–Chriss
+  σ, the order sizes and the feature normalization come from its training days;
+* ``heldout``: the test days of the symbols ``data.heldout_symbols`` (or
+  ``data.heldout_fraction``) holds out, statistics as for ``test``;
+* ``all``: every day of the dataset, one day or a thousand, no split at all. The
+  statistics are then fitted on the scored days themselves (in-sample: VWAP's profile and
+  the order sizes know these days' volume), which the output says.
+
+Intervals cluster orders by day (:mod:`serl_jax.metrics.inference`): the table's footer
+names the method and the number of days.
 
 Usage::
 
     python -m serl_jax.evaluate --data PATH
                                 [--policy twap|vwap|avwap|pov|ac|immediate|oracle|CHECKPOINT ...]
-                                [--env static|dynamic] [--split test|all] [--config FILE]
-                                [--json] [section.key=value ...]
+                                [--env static|dynamic] [--split test|heldout|all]
+                                [--config FILE] [--json] [--verbose] [section.key=value ...]
 
 ``--env dynamic`` runs the orders through the simulated order-book market
 (:mod:`serl_jax.market`) with the calibrated parameters of ``market.params`` (``auto``:
@@ -20,8 +30,8 @@ With a checkpoint, the environment settings it was trained with are used (so the
 observation matches the network) unless overridden. Every policy but TWAP is compared
 with TWAP on the same orders (TWAP is rolled out for it even when not asked for).
 ``--json`` prints one JSON object per policy (one per line) with keys ``policy, PA,
-PA_std, WR, GLR, AFI, n_orders`` and, for every policy but TWAP, ``vs_TWAP`` and
-``shortfall_vs_TWAP`` (``{"value", "ci_low", "ci_high", "win_rate"}``, bps).
+PA_std, WR, GLR, AFI, n_orders, interval`` and, for every policy but TWAP, ``vs_TWAP``
+and ``shortfall_vs_TWAP`` (``{"value", "ci_low", "ci_high", "win_rate", "mde"}``, bps).
 Exit codes: 0 ok, 2 bad input (one-line error on stderr).
 """
 
@@ -39,7 +49,7 @@ from serl_jax.config import (
     load_config,
     saved_network_config,
 )
-from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars, split_days
+from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
     ORACLE,
@@ -48,6 +58,7 @@ from serl_jax.experiment import (
     calibrated_market,
     dynamic_env_params,
     evaluate_policies,
+    load_splits,
     make_env,
     resolve_market_path,
 )
@@ -81,9 +92,16 @@ def main(argv: list[str] | None = None) -> int:
         "repeatable (default: twap, twap-pov, vwap, avwap, pov, ac, oracle)",
     )
     parser.add_argument("--env", choices=("static", "dynamic"), default="static")
-    parser.add_argument("--split", choices=("test", "all"), default="test")
+    parser.add_argument(
+        "--split",
+        choices=("test", "heldout", "all"),
+        default="test",
+        help="test days of the training symbols (default), test days of the held-out "
+        "symbols (data.heldout_symbols), or every day (statistics fitted on them)",
+    )
     parser.add_argument("--config", help="YAML preset for env/eval settings")
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    parser.add_argument("--verbose", action="store_true", help="the load report per symbol")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parser.parse_args(argv)
     try:
@@ -104,12 +122,26 @@ def _evaluate(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.overrides)
 
     d = cfg.data
-    bars = load_minute_bars(
-        resolve_market_path(args.data), min_bars_per_day=d.min_bars_per_day, short_days=d.short_days
-    )
-    splits = split_days(bars, train=d.train, val=d.val)
-    stats = fit_stats(splits["train"], vol_window=d.vol_window)
-    episodes = build_episodes(bars if args.split == "all" else splits["test"], stats)
+    if args.split == "all":
+        bars = load_minute_bars(
+            resolve_market_path(args.data),
+            min_bars_per_day=d.min_bars_per_day,
+            short_days=d.short_days,
+        )
+        name, report = bars.name, bars.report
+        stats = fit_stats(bars, vol_window=d.vol_window)
+        episodes = build_episodes(bars, stats)
+    else:
+        splits = load_splits(cfg, args.data)
+        name, report, stats = splits.name, splits.report, splits.stats
+        episodes = splits.split(args.split)
+    log = [f"[{name}] {report.summary(verbose=args.verbose)}"]
+    if args.split == "all":
+        log.append(
+            f"[{name}] --split all: {episodes.n_episodes} orders on "
+            f"{len(set(episodes.dates))} day(s); statistics fitted on these days themselves "
+            "(in-sample: VWAP's profile and the order sizes know their volume)"
+        )
     env_params = cfg.env_params(MarketData.from_episodes(episodes))
     if args.env == "dynamic":
         market = calibrated_market(cfg, args.data)
@@ -158,8 +190,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         )
         policies[f"PPO:{spec}"] = (policy, params)
 
-    results = evaluate_policies(cfg, env, env_params, policies)
-    market = bars.name or Path(args.data).stem
+    # every input is checked by now: a bad one left a single error line
+    print("\n".join(log), file=sys.stderr)
+    results = evaluate_policies(cfg, env, env_params, policies, days=episodes.dates)
+    market = name or Path(args.data).stem
     if args.json:
         for name, (metrics, _) in results.items():
             print(json.dumps({"policy": name, **metrics.to_dict()}, allow_nan=False))

@@ -79,6 +79,9 @@ def load_splits(cfg: Config, spec: str) -> MarketSplits:
         min_bars_per_day=d.min_bars_per_day,
         short_days=d.short_days,
         vol_window=d.vol_window,
+        heldout_symbols=d.heldout_symbols,
+        heldout_fraction=d.heldout_fraction,
+        heldout_seed=d.heldout_seed,
     )
 
 
@@ -608,11 +611,28 @@ def baseline_policies(cfg: Config) -> dict[str, tuple[Any, Any]]:
     }
 
 
+def rollout_policy(
+    env: ExecutionEnv, env_params: EnvParams, policy: Any, policy_params: Any = None
+) -> Rollout:
+    """One deterministic evaluation rollout (key 0) of a policy on every episode of
+    ``env_params``, as host arrays. A baseline keeps the child order and the
+    minute-by-minute decisions it is defined with (:data:`serl_jax.baselines.FIXED_SIZE_POLICIES`,
+    ``PARTICIPATION_POLICIES``), whatever the learned policies' ``env.child_quantity`` and
+    ``env.step_minutes``."""
+    order_params = env_params
+    if policy in FIXED_SIZE_POLICIES:
+        order_params = env_params.replace(child_quantity="fixed", step_minutes=1)
+    elif policy in PARTICIPATION_POLICIES:
+        order_params = env_params.replace(child_quantity="participation", step_minutes=1)
+    return jax.device_get(rollout(env, policy, policy_params, order_params, jax.random.PRNGKey(0)))
+
+
 def evaluate_policies(
     cfg: Config,
     env: ExecutionEnv,
     env_params: EnvParams,
     policies: dict[str, tuple[Any, Any]],
+    days: Sequence[Any] | None = None,
 ) -> dict[str, tuple[ExecutionMetrics, Rollout]]:
     """Runs each policy on every episode of ``env_params`` and scores it.
 
@@ -625,29 +645,25 @@ def evaluate_policies(
         env: the execution environment.
         env_params: parameters over the evaluation episodes (one whole-day order each).
         policies: ``{name: (policy_fn, policy_params)}``.
+        days: ``[N]`` each episode's day (e.g. ``EpisodeSet.dates``): the intervals
+            cluster orders by day (:mod:`serl_jax.metrics.inference`); None treats the
+            orders as independent.
 
     Returns:
         ``{name: (metrics, rollout)}`` in the order given.
     """
     side = float(env_params.side)
-
-    def run(policy, params) -> Rollout:
-        # the baselines' child orders and their minute-by-minute decisions are part of
-        # their definition, whatever the learned policies' env.child_quantity and
-        # env.step_minutes
-        order_params = env_params
-        if policy in FIXED_SIZE_POLICIES:
-            order_params = env_params.replace(child_quantity="fixed", step_minutes=1)
-        elif policy in PARTICIPATION_POLICIES:
-            order_params = env_params.replace(child_quantity="participation", step_minutes=1)
-        return jax.device_get(rollout(env, policy, params, order_params, jax.random.PRNGKey(0)))
-
-    rollouts = {name: run(policy, params) for name, (policy, params) in policies.items()}
-    twap_outcomes = (rollouts[TWAP] if TWAP in rollouts else run(twap_policy, None)).outcomes(side)
+    rollouts = {
+        name: rollout_policy(env, env_params, policy, params)
+        for name, (policy, params) in policies.items()
+    }
+    twap = rollouts[TWAP] if TWAP in rollouts else rollout_policy(env, env_params, twap_policy)
+    twap_outcomes = twap.outcomes(side)
     boot = {
         "confidence": cfg.eval.confidence,
         "n_bootstrap": cfg.eval.n_bootstrap,
         "seed": cfg.run.seed,
+        "days": days,
     }
     return {
         name: (

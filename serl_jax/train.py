@@ -219,12 +219,13 @@ def run_market(
     if trained_static is not None:
         policies["PPO-static"] = _ppo_policy(cfg, trained_static)
     policies.update(baseline_policies(cfg))
-    evaluated = {"static": evaluate_policies(cfg, static_env, params["test"], policies)}
+    days = splits.test.dates
+    evaluated = {"static": evaluate_policies(cfg, static_env, params["test"], policies, days)}
     if dynamic:
         # the oracle knows the replayed day's volumes, which do not drive the simulated market
         in_dynamic = {k: v for k, v in policies.items() if k != ORACLE}
         evaluated["dynamic"] = evaluate_policies(
-            cfg, make_env(dynamic["test"]), dynamic["test"], in_dynamic
+            cfg, make_env(dynamic["test"]), dynamic["test"], in_dynamic, days
         )
     results = evaluated["static"]
 
@@ -455,7 +456,9 @@ def run_agents_market(
     policy = make_marl_policy(
         trained.network, cfg.ppo.normalize_obs, cfg.network.prior(), communication
     )
-    evaluated = evaluate_agents(cfg, env, params["test"], {name: (policy, trained.policy_params)})
+    evaluated = evaluate_agents(
+        cfg, env, params["test"], {name: (policy, trained.policy_params)}, splits.test.dates
+    )
     save_policy(
         out_dir / "checkpoint",
         trained.policy_params,
@@ -564,8 +567,18 @@ def make_low_level(cfg: Config, backend: Any) -> Any:
     return LowLevelDEK(backend, lora)
 
 
-def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) -> int:
-    """The SE-RL loop (new run or ``--resume``); returns the exit code."""
+def run_serl(
+    cfg: Config, config_name: str, resume: Path | None, quiet: bool, root: Path | None = None
+) -> int:
+    """The SE-RL loop (new run or ``--resume``); returns the exit code.
+
+    Args:
+        cfg: the run configuration.
+        config_name: names a new run folder ``<run.out>/<time>-<config_name>``.
+        resume: an existing run folder to continue, or None.
+        quiet: no progress output.
+        root: the new run folder itself (instead of a timestamped one under ``run.out``).
+    """
     log = None if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
         splits = load_splits(cfg, cfg.loop.market)
@@ -585,9 +598,10 @@ def run_serl(cfg: Config, config_name: str, resume: Path | None, quiet: bool) ->
                 cfg.marl.communication, "communication", "marl.communication"
             )[0]
         if store is None:
-            name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
+            if root is None:
+                root = Path(cfg.run.out) / f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
             yaml_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-            store = RunStore.create(Path(cfg.run.out) / name, cfg.to_dict(), yaml_text)
+            store = RunStore.create(root, cfg.to_dict(), yaml_text)
     except (DataError, StoreError, BackendError, SandboxError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -172,8 +172,10 @@ def test_evaluate_checkpoint_and_baselines_as_json(tiny_run, capsys):
         assert set(r) >= {"policy", "PA", "PA_std", "WR", "GLR", "AFI", "n_orders"}
         assert r["n_orders"] == 4
     assert "vs_TWAP" not in records[0]
-    assert set(records[1]["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate"}
-    assert records[1]["vs_TWAP"]["ci_low"] <= records[1]["vs_TWAP"]["value"]
+    assert set(records[1]["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate", "mde"}
+    # 4 test orders of 4 symbols on one day: no interval, and the record says why
+    assert records[1]["interval"] == {"method": "none (one day)", "days": 1, "confidence": 0.95}
+    assert records[1]["vs_TWAP"]["ci_low"] is None and records[1]["vs_TWAP"]["mde"] is None
     # The checkpoint scores the same on the same test days as in the training run.
     trained = json.loads((tiny_run / "metrics.json").read_text())["markets"]["us_1min"]
     assert records[1]["PA"]["value"] == pytest.approx(
@@ -281,3 +283,49 @@ def test_train_with_an_imagination_program(tmp_path, capsys):
     assert entry["imagination"]["program"] == "flash_dip"
     assert entry["imagination"]["imagined_share"] == 0.5
     assert entry["imagination"]["out_of_bounds"] == 0.0
+
+
+def _new_symbols_one_day(folder: Path) -> Path:
+    """One day of two symbols the checkpoint never saw: the US sample's last day of AAPL
+    and MSFT, renamed."""
+    import pandas as pd
+
+    folder.mkdir()
+    for old, new in (("AAPL", "NEWA"), ("MSFT", "NEWB")):
+        frame = pd.read_csv(sample_path("us_1min") / f"{old}.csv.gz")
+        day = pd.to_datetime(frame["datetime"]).dt.date
+        frame.loc[day == day.max()].to_csv(folder / f"{new}.csv", index=False)
+    return folder
+
+
+def test_evaluate_split_all_takes_a_single_day_of_new_symbols(tiny_run, tmp_path, capsys):
+    data = _new_symbols_one_day(tmp_path / "new")
+    checkpoint = str(tiny_run / "us_1min" / "checkpoint")
+    code = evaluate.main(
+        ["--data", str(data), "--policy", "twap", "--policy", checkpoint, "--split", "all",
+         "--json"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    records = [json.loads(line) for line in captured.out.strip().splitlines()]
+    assert [r["n_orders"] for r in records] == [2, 2]
+    assert records[1]["interval"]["days"] == 1 and records[1]["vs_TWAP"]["ci_low"] is None
+    # the load is one line, and the in-sample statistics are said
+    assert "2 symbol(s), 2 symbol-days x 390 minutes" in captured.err
+    assert "statistics fitted on these days themselves" in captured.err
+
+
+def test_evaluate_reports_the_held_out_symbols_test_days(capsys):
+    code = evaluate.main(
+        ["--data", "sample:cn_1min", "--policy", "twap", "--policy", "vwap", "--split",
+         "heldout", "data.heldout_symbols=[SZ000002]", "--json"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    vwap = json.loads(captured.out.strip().splitlines()[1])
+    # SZ000002's 10 test days, one order each: the order bootstrap is the day bootstrap
+    assert vwap["n_orders"] == 10
+    assert vwap["interval"] == {"method": "order bootstrap", "days": 10, "confidence": 0.95}
+    code = evaluate.main(["--data", "sample:cn_1min", "--split", "heldout"])
+    assert code == 2
+    assert "no symbol is held out" in capsys.readouterr().err

@@ -19,6 +19,8 @@ from serl_jax.data import (
     bars_from_frame,
     build_episodes,
     fit_stats,
+    hold_out_symbols,
+    load_market,
     split_days,
 )
 
@@ -28,6 +30,74 @@ def _frame(rows: list[tuple], columns=("symbol", "datetime", "price", "volume"))
 
 
 # ---------------------------------------------------------------- splits
+
+
+def _grid_csvs(folder: Path, symbols: list[str], n_days: int, bars: int = 4) -> Path:
+    """One CSV per symbol: ``n_days`` days of ``bars`` minutes; the prices and volumes of
+    symbol A, B, C, ... scale with k = 1, 2, 3, ..., so each symbol's statistics differ."""
+    folder.mkdir()
+    days = pd.bdate_range("2024-03-01", periods=n_days)
+    for symbol in symbols:
+        k = ord(symbol[0]) - ord("A") + 1
+        rows = [
+            (f"{day:%Y-%m-%d} 09:{30 + m:02d}", 10.0 * k + 0.1 * m + 0.01 * d, 100.0 * k * (m + 1))
+            for d, day in enumerate(days)
+            for m in range(bars)
+        ]
+        pd.DataFrame(rows, columns=["datetime", "close", "volume"]).to_csv(
+            folder / f"{symbol}.csv", index=False
+        )
+    return folder
+
+
+def test_day_and_symbol_splits_together(tmp_path):
+    """5 symbols x 5 days, C and E held out: training symbols split 3/1/1 days; the
+    held-out symbols contribute their test day only, and their statistics only to their
+    own rows (the feature normalization is the training symbols')."""
+    path = _grid_csvs(tmp_path / "grid", ["A", "B", "C", "D", "E"], 5)
+    market = load_market(path, min_bars_per_day=1, heldout_symbols=["E", "C"])
+    assert market.heldout_symbols == ("C", "E")
+    for split in ("train", "val", "test"):
+        assert set(market.split(split).symbols) == {"A", "B", "D"}
+    assert (market.train.n_episodes, market.val.n_episodes, market.test.n_episodes) == (9, 3, 3)
+    held = market.split("heldout")
+    assert held.symbols == ("C", "E") and set(held.dates) == set(market.test.dates)
+    assert max(market.val.dates) < min(held.dates)
+    # C's per-symbol statistics come from C's own 3 training days
+    c = market.stats.index("C")
+    assert market.stats.n_train_days[c] == 3
+    assert market.stats.mean_daily_volume[c] == pytest.approx(300.0 * (1 + 2 + 3 + 4))
+    # the features are normalized as the training symbols A, B, D alone make them
+    own = load_market(_grid_csvs(tmp_path / "abd", ["A", "B", "D"], 5), min_bars_per_day=1)
+    np.testing.assert_allclose(market.stats.feature_mean, own.stats.feature_mean)
+    np.testing.assert_allclose(market.stats.feature_std, own.stats.feature_std)
+    assert "6 test episodes" not in market.summary() and "2 held-out symbol(s)" in market.summary()
+
+
+def test_held_out_fraction_is_a_seeded_draw(tmp_path):
+    symbols = [f"S{i:02d}" for i in range(10)]
+    drawn = hold_out_symbols(symbols, heldout_fraction=0.3, seed=4)
+    assert len(drawn) == 3 and drawn == hold_out_symbols(symbols, heldout_fraction=0.3, seed=4)
+    assert drawn != hold_out_symbols(symbols, heldout_fraction=0.3, seed=5)
+    expected = np.random.default_rng(4).choice(10, 3, replace=False)
+    assert drawn == tuple(sorted(symbols[i] for i in expected))
+    assert hold_out_symbols(symbols) == ()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"heldout_symbols": ["A", "ZZZ"]}, "names ZZZ, not in the dataset"),
+        ({"heldout_fraction": 0.1}, "heldout_fraction=0.1 of 3 symbol(s) holds out none"),
+        ({"heldout_symbols": ["A", "B", "C"]}, "every symbol (3) is held out"),
+        ({"heldout_symbols": ["A"], "heldout_fraction": 0.5}, "both set; use one"),
+    ],
+)
+def test_bad_hold_outs_are_one_line_errors(tmp_path, kwargs, message):
+    path = _grid_csvs(tmp_path / "abc", ["A", "B", "C"], 5)
+    with pytest.raises(DataError) as info:
+        load_market(path, min_bars_per_day=1, **kwargs)
+    assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_us_split_is_3_1_1_and_chronological(us_bars):

@@ -194,7 +194,10 @@ def test_short_day_drop_is_reported(tmp_path):
     assert "fewer than min_bars_per_day=5" in d.reason
     assert bars.dates("AAA") == (dt.date(2019, 1, 2), dt.date(2019, 1, 4))
     assert rep.rows_read == {str(tmp_path / "AAA.csv"): 15}
-    assert "dropped 1 day(s), 3 row(s)" in rep.summary()
+    summary = rep.summary()
+    assert "1 symbol(s), 2 symbol-days x 6 minutes, 15 rows from 1 file(s)" in summary
+    assert "dropped 1 day(s) (3 rows)" in summary and "\n" not in summary
+    assert "  dropped AAA 2019-01-03: 3 rows, 3 bars, fewer than" in rep.summary(verbose=True)
 
 
 def test_short_days_drop_everything_is_an_error(tmp_path):

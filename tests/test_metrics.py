@@ -234,7 +234,7 @@ def test_to_dict_is_strict_json():
     ]
     for m in cases:
         d = json.loads(json.dumps(m.to_dict(), allow_nan=False))
-        assert set(d) == {"PA", "PA_std", "WR", "GLR", "AFI", "n_orders"}
+        assert set(d) == {"PA", "PA_std", "WR", "GLR", "AFI", "n_orders", "interval"}
         for name in ("PA", "PA_std", "WR", "GLR", "AFI"):
             assert set(d[name]) == {"value", "ci_low", "ci_high"}
         assert d["n_orders"] == m.n_orders
@@ -249,13 +249,14 @@ def test_format_table():
     text = format_table({("cn_1min", "ppo"): m1, ("cn_1min", "twap"): m2, ("us_1min", "ac"): m3})
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["market", "policy", "PA"]
-    assert len(lines) == 2 + 3 + 1
+    assert len(lines) == 2 + 3 + 2  # two markets with different interval footers
     assert lines[2].startswith("cn_1min") and "ppo" in lines[2]
     assert f"{m1.PA.value:.2f} [{m1.PA.low:.2f}, {m1.PA.high:.2f}]" in lines[2]
     assert "inf [" in lines[3]
     assert "n/a [n/a, n/a]" in lines[4]
-    assert lines[2].split()[-4:] == ["40", "-", "-", "-"]  # n; no TWAP comparison given
-    assert "95%" in lines[-1]
+    assert lines[2].split()[-5:] == ["40", "-", "-", "-", "-"]  # n; no TWAP comparison given
+    assert "of cn_1min: 95% percentile bootstrap over orders (G = 40" in lines[-2]
+    assert "of us_1min: 95% percentile bootstrap over orders (G = 2" in lines[-1]
     with pytest.raises(ValueError, match="format_table"):
         format_table({"ppo": m1})
 
@@ -373,6 +374,7 @@ def test_paired_difference_by_hand():
         "ci_low": None,
         "ci_high": None,
         "win_rate": pytest.approx(2.0 / 3.0),
+        "mde": None,
     }
 
 
@@ -438,7 +440,7 @@ def test_compute_metrics_with_twap_reports_the_paired_columns():
     assert m.vs_TWAP.win_rate == pytest.approx(2 / 3)
     assert m.shortfall_vs_TWAP is None  # no replayed prices given
     record = json.loads(json.dumps(m.to_dict(), allow_nan=False))
-    assert set(record["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate"}
+    assert set(record["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate", "mde"}
     assert "vs_TWAP" not in compute_metrics(reference).to_dict()
     table = format_table({("m", "twap"): compute_metrics(reference), ("m", "ppo"): m})
     assert "+13.33 [" in table.splitlines()[3] and "PA-TWAP" in table

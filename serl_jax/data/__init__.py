@@ -1,4 +1,4 @@
-"""Real market data: validated minute bars -> chronological splits -> dense episode arrays.
+"""Real market data: validated minute bars -> day and symbol splits -> dense episode arrays.
 
 Pure numpy/pandas (no JAX import): the environments move :class:`EpisodeSet` arrays to the
 device themselves. Typical use::
@@ -19,6 +19,7 @@ from serl_jax.data.episodes import (
     TrainStats,
     build_episodes,
     fit_stats,
+    hold_out_symbols,
     load_market,
     split_days,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "bars_from_frame",
     "build_episodes",
     "fit_stats",
+    "hold_out_symbols",
     "load_market",
     "load_minute_bars",
     "sample_path",

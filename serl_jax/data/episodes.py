@@ -1,8 +1,15 @@
-"""Train/val/test day splits, training-day statistics and dense episode arrays.
+"""Train/val/test day splits, held-out symbols, training-day statistics and episodes.
 
 An episode is one (symbol, trading day) on the dataset's slot grid of T slots. Everything
 fitted (volume profiles, mean volumes, sigma, feature normalization) comes from the training
 days only, so validation and test days never leak into the model's inputs.
+
+Splits run along both axes: each symbol's days are split chronologically (train / val /
+test), and some symbols may be held out whole (:func:`hold_out_symbols`): policies never
+train or select on them, and their test days are reported apart, as stocks never seen.
+A held-out symbol's own training days give only its per-symbol statistics (its volume
+profile, expected volume and sigma: history a desk has for any stock before the test
+days); the feature normalization comes from the training symbols alone.
 
 Shapes: N episodes, T slots per day, S symbols, F features. Volumes are in the data's own
 unit: shares for the US sample, a relative quantity (likely lots of 100 shares) for the
@@ -13,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +34,7 @@ __all__ = [
     "TrainStats",
     "build_episodes",
     "fit_stats",
+    "hold_out_symbols",
     "load_market",
     "split_days",
 ]
@@ -42,6 +50,8 @@ FEATURE_NAMES: tuple[str, ...] = (
 UNNORMALIZED_FEATURES: tuple[str, ...] = ("time_of_day",)
 STD_FLOOR = 1e-8
 SPLITS = ("train", "val", "test")
+HELDOUT = "heldout"
+"""The name of the held-out symbols' test days (:meth:`MarketSplits.split`)."""
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -95,6 +105,68 @@ def split_days(bars: MinuteBars, train: float = 0.6, val: float = 0.2) -> dict[s
         sel = (frame["symbol"] == symbol).to_numpy()
         label[sel] = frame.loc[sel, "date"].map(which).to_numpy()
     return {name: bars.with_frame(frame.loc[label == name]) for name in SPLITS}
+
+
+def hold_out_symbols(
+    symbols: tuple[str, ...] | list[str],
+    heldout_symbols: tuple[str, ...] | list[str] = (),
+    heldout_fraction: float = 0.0,
+    seed: int = 0,
+    name: str = "data",
+) -> tuple[str, ...]:
+    """The symbols held out of training, named or drawn.
+
+    Either ``heldout_symbols`` names them, or ``heldout_fraction`` of the symbols are drawn
+    without replacement by ``numpy.random.default_rng(seed)`` from the sorted symbols
+    (``round(fraction * S)`` of them), so the same data and seed hold out the same ones.
+
+    Args:
+        symbols: the dataset's S symbols.
+        heldout_symbols: symbols to hold out (each must be in the dataset).
+        heldout_fraction: share of symbols to hold out, in ``[0, 1)``.
+        seed: the draw's seed.
+        name: the dataset's name, for messages.
+
+    Returns:
+        The held-out symbols, sorted (empty when neither option is set).
+
+    Raises:
+        DataError: a named symbol is not in the dataset, both options are set, the
+            fraction holds out no symbol or every symbol (one line naming the counts).
+        ValueError: a fraction outside ``[0, 1)``.
+    """
+    symbols = tuple(sorted(symbols))
+    if not 0.0 <= heldout_fraction < 1.0:
+        raise ValueError(f"data.heldout_fraction: must be in [0, 1), got {heldout_fraction}")
+    if heldout_symbols and heldout_fraction:
+        raise DataError(
+            f"{name}: data.heldout_symbols and data.heldout_fraction are both set; use one"
+        )
+    if heldout_symbols:
+        unknown = sorted(set(heldout_symbols) - set(symbols))
+        if unknown:
+            raise DataError(
+                f"{name}: data.heldout_symbols names {', '.join(unknown)}, not in the "
+                f"dataset ({len(symbols)} symbols: {', '.join(symbols[:5])}"
+                f"{', ...' if len(symbols) > 5 else ''})"
+            )
+        held = tuple(sorted(set(heldout_symbols)))
+    elif heldout_fraction:
+        n_held = round(heldout_fraction * len(symbols))
+        if n_held == 0:
+            raise DataError(
+                f"{name}: data.heldout_fraction={heldout_fraction} of {len(symbols)} "
+                "symbol(s) holds out none; raise it or name data.heldout_symbols"
+            )
+        drawn = np.random.default_rng(seed).choice(len(symbols), n_held, replace=False)
+        held = tuple(sorted(symbols[i] for i in drawn))
+    else:
+        return ()
+    if len(held) == len(symbols):
+        raise DataError(
+            f"{name}: every symbol ({len(symbols)}) is held out; no symbol is left to train on"
+        )
+    return held
 
 
 @dataclass(frozen=True, eq=False)
@@ -403,15 +475,19 @@ def build_episodes(bars: MinuteBars, stats: TrainStats) -> EpisodeSet:
 
 @dataclass(frozen=True, eq=False)
 class MarketSplits:
-    """One market's episodes, split chronologically, with the training statistics.
+    """One market's episodes, split by day and by symbol, with the training statistics.
 
     Attributes:
         name: the dataset name (folder name or file stem).
-        train: episodes of the training days.
-        val: episodes of the validation days.
-        test: episodes of the test days.
-        stats: statistics fitted on the training days.
+        train: episodes of the training symbols' training days.
+        val: episodes of the training symbols' validation days.
+        test: episodes of the training symbols' test days.
+        stats: statistics fitted on the training days (per-symbol rows for every symbol,
+            held-out ones included; the feature normalization from the training symbols).
         report: the loader's :class:`LoadReport` (fills and drops).
+        heldout: episodes of the held-out symbols' test days, or None when no symbol is
+            held out (:func:`hold_out_symbols`).
+        heldout_symbols: the held-out symbols, sorted.
     """
 
     name: str
@@ -420,12 +496,35 @@ class MarketSplits:
     test: EpisodeSet
     stats: TrainStats
     report: LoadReport
+    heldout: EpisodeSet | None = None
+    heldout_symbols: tuple[str, ...] = ()
 
     def split(self, name: str) -> EpisodeSet:
-        """The EpisodeSet named ``"train"``, ``"val"`` or ``"test"``."""
+        """The EpisodeSet named ``"train"``, ``"val"``, ``"test"`` or ``"heldout"``.
+
+        Raises:
+            ValueError: another name, or ``"heldout"`` with no symbol held out.
+        """
+        if name == HELDOUT:
+            if self.heldout is None:
+                raise ValueError(f"{self.name}: no symbol is held out (data.heldout_symbols)")
+            return self.heldout
         if name not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+            raise ValueError(f"split must be one of {(*SPLITS, HELDOUT)}, got {name!r}")
         return getattr(self, name)
+
+    def summary(self) -> str:
+        """One line: episodes per split and the held-out symbols' count."""
+        line = (
+            f"{self.name}: {self.train.n_episodes} train / {self.val.n_episodes} validation / "
+            f"{self.test.n_episodes} test episodes of {len(set(self.train.symbols))} symbol(s)"
+        )
+        if self.heldout is not None:
+            line += (
+                f"; {self.heldout.n_episodes} test episodes of {len(self.heldout_symbols)} "
+                "held-out symbol(s)"
+            )
+        return line
 
 
 def load_market(
@@ -436,11 +535,15 @@ def load_market(
     min_bars_per_day: int = 100,
     short_days: str = "error",
     vol_window: int = 15,
+    heldout_symbols: tuple[str, ...] | list[str] = (),
+    heldout_fraction: float = 0.0,
+    heldout_seed: int = 0,
 ) -> MarketSplits:
-    """Loads a dataset, splits its days, fits training stats and builds all episodes.
+    """Loads a dataset, splits its days and symbols, fits training stats and builds all
+    episodes.
 
-    Equivalent to :func:`load_minute_bars` -> :func:`split_days` -> :func:`fit_stats` on
-    the train split -> :func:`build_episodes` on each split.
+    :func:`load_minute_bars` -> :func:`split_days` -> :func:`hold_out_symbols` ->
+    :func:`fit_stats` on the training days -> :func:`build_episodes` on each split.
 
     Args:
         path: folder or file in the loader's format (see :mod:`serl_jax.data.loader`).
@@ -449,17 +552,29 @@ def load_market(
         min_bars_per_day: see :func:`load_minute_bars`.
         short_days: ``"error"`` or ``"drop"``, see :func:`load_minute_bars`.
         vol_window: rolling-volatility window in bars.
+        heldout_symbols, heldout_fraction, heldout_seed: the symbols held out of training
+            (:func:`hold_out_symbols`); their test days become ``heldout``.
 
     Returns:
         The :class:`MarketSplits`.
 
     Raises:
-        DataError: for bad data (see :func:`load_minute_bars`) or too few days to split.
+        DataError: for bad data (see :func:`load_minute_bars`), too few days to split, or
+            a bad hold-out (see :func:`hold_out_symbols`).
         ValueError: for invalid options.
     """
     bars = load_minute_bars(path, min_bars_per_day=min_bars_per_day, short_days=short_days)
+    name = bars.name or str(path)
+    held = hold_out_symbols(bars.symbols, heldout_symbols, heldout_fraction, heldout_seed, name)
     parts = split_days(bars, train=train, val=val)
     stats = fit_stats(parts["train"], vol_window=vol_window)
+    if held:
+        kept = {s: _symbols(parts[s], held, keep=False) for s in SPLITS}
+        # the features are normalized as the training symbols alone make them
+        own = fit_stats(kept["train"], vol_window=vol_window)
+        stats = replace(stats, feature_mean=own.feature_mean, feature_std=own.feature_std)
+        heldout = build_episodes(_symbols(parts["test"], held, keep=True), stats)
+        parts = kept
     return MarketSplits(
         name=bars.name,
         train=build_episodes(parts["train"], stats),
@@ -467,4 +582,12 @@ def load_market(
         test=build_episodes(parts["test"], stats),
         stats=stats,
         report=bars.report,
+        heldout=heldout if held else None,
+        heldout_symbols=held,
     )
+
+
+def _symbols(bars: MinuteBars, symbols: tuple[str, ...], keep: bool) -> MinuteBars:
+    """The days of ``symbols`` (``keep``) or of every other symbol."""
+    chosen = bars.frame["symbol"].isin(symbols).to_numpy()
+    return bars.with_frame(bars.frame.loc[chosen if keep else ~chosen])

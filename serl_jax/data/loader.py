@@ -92,6 +92,8 @@ class LoadReport:
         filled_slots: per symbol, the number of grid slots absent from the input and filled
             (price forward/back-filled within the day, volume 0). Every symbol is listed.
         dropped: the days dropped by ``short_days="drop"``, in symbol/date order.
+        days: the (symbol, day) pairs kept, i.e. episodes.
+        slots_per_day: T, the slots of the dataset's grid.
     """
 
     source: str
@@ -99,6 +101,8 @@ class LoadReport:
     blank_rows: dict[str, int]
     filled_slots: dict[str, int]
     dropped: tuple[DroppedDay, ...] = ()
+    days: int = 0
+    slots_per_day: int = 0
 
     @property
     def dropped_days(self) -> int:
@@ -115,23 +119,31 @@ class LoadReport:
         """Total filled slots over all symbols."""
         return sum(self.filled_slots.values())
 
-    def summary(self) -> str:
-        """A short multi-line human-readable account of the load."""
-        lines = [
-            f"{self.source}: {sum(self.rows_read.values())} rows read from "
-            f"{len(self.rows_read)} file(s)"
-        ]
-        for name, n in self.blank_rows.items():
-            lines.append(f"  {name}: {n} blank line(s) skipped")
-        filled = ", ".join(f"{s}={n}" for s, n in self.filled_slots.items())
-        lines.append(f"  filled slots (missing minutes): {filled}")
-        if self.dropped:
-            lines.append(f"  dropped {self.dropped_days} day(s), {self.dropped_rows} row(s):")
-            for d in self.dropped:
-                lines.append(f"    {d.symbol} {d.date}: {d.rows} rows, {d.reason}")
-        else:
-            lines.append("  dropped: none")
-        return "\n".join(lines)
+    def summary(self, verbose: bool = False) -> str:
+        """The account of the load: one line however many symbols there are, e.g.
+        ``data/xsec: 100 symbol(s), 900 symbol-days x 241 minutes, 216,900 rows from 100
+        file(s);
+        filled 0 minutes (0.00%); dropped 0 days``; ``verbose`` adds one line per symbol's
+        filled minutes, per file's blank lines and per dropped day."""
+        total = self.days * self.slots_per_day
+        share = self.total_filled / total if total else 0.0
+        blank = sum(self.blank_rows.values())
+        line = (
+            f"{self.source}: {len(self.filled_slots)} symbol(s), {self.days} symbol-days x "
+            f"{self.slots_per_day} minutes, {sum(self.rows_read.values()):,} rows from "
+            f"{len(self.rows_read)} file(s); filled {self.total_filled:,} minutes "
+            f"({share:.2%}); dropped {self.dropped_days} day(s) ({self.dropped_rows:,} rows)"
+            + (f"; skipped {blank} blank line(s)" if blank else "")
+        )
+        if not verbose:
+            return line
+        return "\n".join([line, *self._details()])
+
+    def _details(self) -> list[str]:
+        lines = [f"  {name}: {n} blank line(s) skipped" for name, n in self.blank_rows.items()]
+        lines += [f"  {s}: filled {n} minute(s)" for s, n in self.filled_slots.items()]
+        lines += [f"  dropped {d.symbol} {d.date}: {d.rows} rows, {d.reason}" for d in self.dropped]
+        return lines
 
 
 @dataclass(frozen=True, eq=False)
@@ -512,6 +524,8 @@ def _assemble(
         blank_rows=blank_rows,
         filled_slots=filled_slots,
         dropped=tuple(dropped),
+        days=n_days,
+        slots_per_day=n_slots,
     )
     slot_times = tuple(_td_to_time(pd.Timedelta(t)) for t in grid)
     return MinuteBars(frame=frame, slot_times=slot_times, report=report, name=name)

@@ -209,10 +209,17 @@ def _score(
     """A trained multi-agent program's :class:`ProgramResult` from the selected seed's
     validation rollout; writes its checkpoint to ``artifact_dir`` if given."""
     rollout = trained.validation_rollout
-    metrics = validation_metrics(cfg, trained, rollout.pooled_outcomes())
+    # pooled orders are day-major: day 0's agents first
+    days = np.repeat(np.asarray(splits.val.dates, dtype=object), cfg.marl.agents)
+    metrics = validation_metrics(cfg, trained, rollout.pooled_outcomes(), days)
     if isinstance(metrics, str):
         return _failed(metrics, t_start)
-    boot = {"confidence": cfg.eval.confidence, "n_bootstrap": cfg.eval.n_bootstrap, "seed": 0}
+    boot = {
+        "confidence": cfg.eval.confidence,
+        "n_bootstrap": cfg.eval.n_bootstrap,
+        "seed": 0,
+        "days": splits.val.dates,
+    }
     agents = []
     for i in range(cfg.marl.agents):
         own = rollout.outcomes(i)

@@ -426,7 +426,9 @@ def _score(
     ``artifact_dir`` if given."""
     seed = trained.selected_seed
     final = jax.tree.map(lambda x: x[seed], rollouts)
-    metrics = validation_metrics(cfg, trained, final.outcomes(float(val_params.side)))
+    metrics = validation_metrics(
+        cfg, trained, final.outcomes(float(val_params.side)), splits.val.dates
+    )
     if isinstance(metrics, str):
         return _failed(metrics, t_start)
     metrics["devices"] = trained.devices
@@ -463,7 +465,7 @@ def _score(
     return ProgramResult(True, "", metrics, stats, timing, curves)
 
 
-def validation_metrics(cfg: Config, trained, outcomes) -> dict[str, Any] | str:
+def validation_metrics(cfg: Config, trained, outcomes, days) -> dict[str, Any] | str:
     """The validation-day metrics of a trained program (single- or multi-agent) on its
     kept seed's orders, or the one-line reason it fails (non-finite parameters or PA).
 
@@ -473,10 +475,13 @@ def validation_metrics(cfg: Config, trained, outcomes) -> dict[str, Any] | str:
             :class:`~serl_jax.agents_experiment.TrainedAgents` (``policy_params``,
             ``selected_seed``, ``validation_pa``, ``validation_shortfall``).
         outcomes: the validation orders (:class:`~serl_jax.metrics.OrderOutcomes`).
+        days: ``[n]`` each validation order's day (the intervals cluster by day,
+            :mod:`serl_jax.metrics.inference`).
 
     Returns:
         The common keys of :class:`ProgramResult`'s ``metrics`` (``pa``, ``pa_ci``, ...,
-        ``pa_per_order``, ``shortfall_per_order``; bps), or the failure reason.
+        ``pa_per_order``, ``shortfall_per_order``, bps; ``days_per_order``, ISO dates),
+        or the failure reason.
     """
     # on the host: a jitted isfinite per leaf shape would compile each network's anew
     leaves = jax.tree.leaves(jax.device_get(trained.policy_params))
@@ -486,7 +491,11 @@ def validation_metrics(cfg: Config, trained, outcomes) -> dict[str, Any] | str:
     if not np.isfinite(pa).all():
         return "non-finite PA on validation days"
     m = compute_metrics(
-        outcomes, confidence=cfg.eval.confidence, n_bootstrap=cfg.eval.n_bootstrap, seed=0
+        outcomes,
+        confidence=cfg.eval.confidence,
+        n_bootstrap=cfg.eval.n_bootstrap,
+        seed=0,
+        days=days,
     )
     costs = shortfall(outcomes)
     return {
@@ -504,6 +513,7 @@ def validation_metrics(cfg: Config, trained, outcomes) -> dict[str, Any] | str:
         "prior_anchor_steps": cfg.network.prior_anchor_steps,
         "pa_per_order": [float(v) for v in pa],
         "shortfall_per_order": [_finite(v) for v in costs],
+        "days_per_order": [str(d) for d in days],
     }
 
 

@@ -132,19 +132,25 @@ def paired_with_reference(metrics: dict[str, Any], reference: dict[str, Any]) ->
     Args:
         metrics, reference: the two programs' validation metrics
             (:class:`serl_jax.loop.evaluation.ProgramResult`), with ``pa_per_order`` and
-            ``shortfall_per_order``.
+            ``shortfall_per_order`` (and ``days_per_order``, the orders' days: the interval
+        then clusters by day, :mod:`serl_jax.metrics.inference`; runs recorded before
+        days were kept resample orders).
 
     Returns:
         ``{"pa": {...}, "shortfall": {...}}``, each ``{"value", "ci_low", "ci_high",
-        "win_rate"}`` (bps, 95% bootstrap interval of the mean paired difference), or None
-        when either lacks the per-order values (a run recorded before they were kept).
+        "win_rate", "mde"}`` (bps, 95% interval of the mean paired difference and its
+        minimum detectable effect), or None when either lacks the per-order values (a run
+        recorded before they were kept).
     """
     out = {}
+    days = metrics.get("days_per_order")
     for key, name in (("pa_per_order", "pa"), ("shortfall_per_order", "shortfall")):
         a, b = metrics.get(key), reference.get(key)
         if not a or not b or len(a) != len(b) or None in a or None in b:
             return None
-        out[name] = paired_difference(np.asarray(a), np.asarray(b)).to_dict()
+        if days is not None and len(days) != len(a):
+            days = None
+        out[name] = paired_difference(np.asarray(a), np.asarray(b), days=days).to_dict()
     return out
 
 

@@ -18,6 +18,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from serl_jax.agents_experiment import evaluate_agents, make_agents_env
 from serl_jax.config import LOOP_SCORES, Config, saved_network_config
 from serl_jax.data import MarketSplits
@@ -67,16 +69,18 @@ def _candidate_md(cand: Candidate) -> str:
     return "\n\n".join([head, f"Instruction: {cand.instruction}", *code])
 
 
-def _best_vs_default(best: Candidate, best_rollout, default_rollout, side: float) -> dict:
-    """The best candidate minus the default PPO on the same orders: ``{"validation",
-    "test"}`` -> ``{"pa", "shortfall"}`` -> ``{"value", "ci_low", "ci_high", "win_rate"}``
-    (bps; validation None when the best is the default itself or lacks per-order values)."""
+def _best_vs_default(best: Candidate, best_rollout, default_rollout, side: float, days) -> dict:
+    """The best candidate minus the default PPO on the same orders (test ``days``):
+    ``{"validation", "test"}`` -> ``{"pa", "shortfall"}`` -> ``{"value", "ci_low",
+    "ci_high", "win_rate", "mde"}`` (bps, intervals clustered by day; validation None when
+    the best is the default itself or lacks per-order values)."""
 
     def per_order(rollout) -> dict[str, list[float]]:
         outcomes = rollout.outcomes(side)
         return {
             "pa_per_order": price_advantage(outcomes).tolist(),
             "shortfall_per_order": shortfall(outcomes).tolist(),
+            "days_per_order": [str(d) for d in days],
         }
 
     return {
@@ -91,18 +95,20 @@ def _best_vs_default_md(best_id: str, paired: dict) -> str:
             return f"- {days} days: n/a"
         pa, cost = entry["pa"], entry["shortfall"]
 
-        def f(x: float | None) -> str:
-            return "n/a" if x is None else f"{x:+.2f}"
+        def f(x: float | None, sign: str = "+") -> str:
+            return "n/a" if x is None else format(x, f"{sign}.2f")
 
         return (
-            f"- {days} days: PA {f(pa['value'])} bps [{f(pa['ci_low'])}, {f(pa['ci_high'])}], "
-            f"better on {pa['win_rate']:.0%} of orders; shortfall {f(cost['value'])} bps "
-            f"[{f(cost['ci_low'])}, {f(cost['ci_high'])}]"
+            f"- {days} days: PA {f(pa['value'])} bps [{f(pa['ci_low'])}, {f(pa['ci_high'])}] "
+            f"(MDE {f(pa.get('mde'), '')}), better on {pa['win_rate']:.0%} of orders; shortfall "
+            f"{f(cost['value'])} bps [{f(cost['ci_low'])}, {f(cost['ci_high'])}] "
+            f"(MDE {f(cost.get('mde'), '')})"
         )
 
     return "\n".join(
         [
-            f"## Best ({best_id}) minus the default PPO on the same orders (95% bootstrap CI)",
+            f"## Best ({best_id}) minus the default PPO on the same orders (95% interval "
+            "clustered by day, minimum detectable effect at 80% power)",
             "",
             line("validation", paired["validation"]),
             line("test", paired["test"]),
@@ -142,13 +148,17 @@ def _single_agent_test(cfg: Config, store: RunStore, best: Candidate, reference:
     def evaluate(names: dict[str, Candidate]):
         policies = {name: _ppo_policy(cfg, store, cand) for name, cand in names.items()}
         policies.update(baseline_policies(cfg))
-        return evaluate_policies(cfg, ExecutionEnv(), test_params, policies)
+        return evaluate_policies(cfg, ExecutionEnv(), test_params, policies, splits.test.dates)
 
     names = {f"SE-RL {best.id}": best, "PPO default": reference}
     results = _once_per_candidate(names, evaluate)
     table = format_table({(splits.name, name): m for name, (m, _) in results.items()})
     paired = _best_vs_default(
-        best, results[f"SE-RL {best.id}"][1], results["PPO default"][1], float(test_params.side)
+        best,
+        results[f"SE-RL {best.id}"][1],
+        results["PPO default"][1],
+        float(test_params.side),
+        splits.test.dates,
     )
     return table, {name: m.to_dict() for name, (m, _) in results.items()}, paired
 
@@ -175,7 +185,7 @@ def _agents_test(cfg: Config, store: RunStore, best: Candidate, reference: Candi
 
     def evaluate(names: dict[str, Candidate]):
         policies = {name: _agents_policy(cfg, store, cand) for name, cand in names.items()}
-        return evaluate_agents(cfg, env, params["test"], policies)
+        return evaluate_agents(cfg, env, params["test"], policies, splits.test.dates)
 
     names = {f"SE-RL {best.id}": best, "PPO default": reference}
     results = _once_per_candidate(names, evaluate)
@@ -186,12 +196,15 @@ def _agents_test(cfg: Config, store: RunStore, best: Candidate, reference: Candi
         if result.team is not None:
             rows[(f"{splits.name} team", name)] = result.team
     table = format_table(rows)
+    # pooled orders are day-major: day 0's agents first
+    pooled_days = np.repeat(np.asarray(splits.test.dates, dtype=object), cfg.marl.agents)
 
     def per_order(name: str) -> dict[str, list[float]]:
         outcomes = results[name].rollout.pooled_outcomes()
         return {
             "pa_per_order": price_advantage(outcomes).tolist(),
             "shortfall_per_order": shortfall(outcomes).tolist(),
+            "days_per_order": [str(d) for d in pooled_days],
         }
 
     paired = {

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from serl_jax.data import DataError, load_minute_bars, split_days
+from serl_jax.data import DataError, MinuteBars, load_minute_bars, split_days
 from serl_jax.data.episodes import MarketSplits, load_market
 from serl_jax.data.samples import sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
@@ -81,6 +81,14 @@ _LOBSTER_AMZN = (
     "AMZN_2012-06-21_34200000_57600000_orderbook_1.csv.gz",
 )
 _MAX_STEP = 4.0
+
+
+def default_lobster() -> tuple[Path, Path]:
+    """The shipped LOBSTER AMZN day (message, order book): the default source of the
+    depth and flow-response targets minute bars do not show."""
+    return tuple(sample_path("lobster") / name for name in _LOBSTER_AMZN)
+
+
 KNOB_BOUNDS = {
     "mm_size": (0.01, 1.0),
     "noise_limit_prob": (0.1, 1.0),
@@ -146,15 +154,19 @@ def simulate_days(
 
 
 def real_statistics(
-    bars_path: Path, tick_size: float, lobster: tuple[Path, Path]
+    train: MinuteBars, tick_size: float, lobster: tuple[Path, Path]
 ) -> MarketStatistics:
-    """Training-day statistics of minute bars; depth and the response to order flow, which
-    minute bars do not show, transferred from a LOBSTER day.
+    """Statistics of the training days' minute bars; depth and the response to order
+    flow, which minute bars do not show, transferred from a LOBSTER day.
+
+    Args:
+        train: the training days (:func:`serl_jax.data.split_days`' ``train``).
+        tick_size: currency per tick.
+        lobster: the LOBSTER message and order-book files.
 
     Raises:
-        DataError: unreadable minute bars; ``LobsterFormatError``: unreadable LOBSTER files.
+        ``LobsterFormatError``: unreadable LOBSTER files.
     """
-    train = split_days(load_minute_bars(bars_path))["train"]
     stats = minute_bar_statistics(train, tick_size)
     reference = lobster_statistics(*lobster, tick_size_dollars=tick_size)
     return transfer_flow_impact(transfer_depth(stats, reference), reference)
@@ -313,21 +325,24 @@ def main(argv: list[str] | None = None) -> int:
         "--start", help="YAML of starting parameters (default: MarketParams defaults)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--short-days",
+        choices=("error", "drop"),
+        default="error",
+        help="days with fewer than 100 bars: an error (default) or dropped and reported",
+    )
     parser.add_argument("--out", help="write the fitted parameters here (YAML)")
     args = parser.parse_args(argv)
     try:
         if args.iterations < 0 or args.days < 0:
             raise ValueError("--iterations and --days must be >= 0")
         path = _resolve(args.data)
-        lobster = (
-            tuple(Path(p) for p in args.lobster)
-            if args.lobster
-            else tuple(sample_path("lobster") / name for name in _LOBSTER_AMZN)
-        )
+        lobster = tuple(Path(p) for p in args.lobster) if args.lobster else default_lobster()
         start = load_market_params(args.start) if args.start else MarketParams()
         start = start.replace(tick_size=args.tick_size)
-        real = real_statistics(path, args.tick_size, lobster)
-        splits = load_market(path)
+        bars = load_minute_bars(path, short_days=args.short_days)
+        real = real_statistics(split_days(bars)["train"], args.tick_size, lobster)
+        splits = load_market(path, short_days=args.short_days)
     except (DataError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -36,10 +36,15 @@ traded, ``d · (Σ q p_t / executed / P̃ − 1) · 1e4``, and the execution sho
 (spread and impact); ``shortfall_vs_TWAP`` is the paired difference of the shortfall alone,
 the part a policy controls when the replayed prices are a martingale.
 
-Confidence intervals are percentile-bootstrap intervals over orders (resampling orders with
-replacement, ``n_bootstrap`` resamples from a seeded ``numpy.random.Generator``, so the same
-inputs and seed give identical intervals). For GLR, resamples where GLR is undefined (``nan``)
-are left out of the interval; ``inf`` resamples are kept (the upper bound may be ``inf``).
+Confidence intervals respect days (:mod:`serl_jax.metrics.inference`): given each order's
+day, orders on one day are resampled together (the day-clustered bootstrap, 20 days or
+more), or a cluster-robust t interval with ``G - 1`` degrees of freedom is used (fewer
+days); the percentile bootstrap over orders applies when each day holds one order or no
+days are given. Bootstrap resamples come from a seeded ``numpy.random.Generator`` (the
+same inputs and seed give identical intervals). For GLR, resamples where GLR is
+undefined (``nan``) are left out of the interval; ``inf`` resamples are kept (the upper
+bound may be ``inf``). Every paired difference also reports its minimum detectable effect
+(80% power, two-sided at ``1 - confidence``).
 """
 
 from __future__ import annotations
@@ -50,6 +55,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from serl_jax.metrics.inference import (
+    CLUSTER_T,
+    Clustering,
+    bootstrap_chunks,
+    cluster_robust_mean,
+    describe_interval,
+    minimum_detectable_effect,
+    t_interval,
+)
 
 __all__ = [
     "Estimate",
@@ -69,8 +84,8 @@ __all__ = [
 _BPS = 1e4
 _FILL_TOL = 1e-6  # executed may exceed Q by this relative amount (float accumulation).
 _METRIC_NAMES = ("PA", "PA_std", "WR", "GLR", "AFI")
-# Upper bound on elements per bootstrap chunk (resamples x orders), to bound memory.
-_CHUNK_ELEMENTS = 2_000_000
+# The metrics that are means of a per-order value (cluster-robust t intervals exist).
+_MEAN_METRICS = ("PA", "WR", "AFI")
 
 
 # --------------------------------------------------------------------------------------
@@ -347,15 +362,23 @@ class Estimate:
 @dataclasses.dataclass(frozen=True)
 class PairedDifference(Estimate):
     """A policy against a reference on the same orders: the mean of ``x_i − x_i^ref``
-    (``value``, bps) with its percentile-bootstrap interval ``[low, high]`` (``nan``
-    without one), and ``win_rate``, the share of orders with ``x_i > x_i^ref`` in
-    ``[0, 1]``."""
+    (``value``, bps) with its interval ``[low, high]`` (``nan`` without one; the method
+    follows the orders' days, :mod:`serl_jax.metrics.inference`), ``win_rate``, the share
+    of orders with ``x_i > x_i^ref`` in ``[0, 1]``, and ``mde``, the minimum detectable
+    effect (bps; 80% power, two-sided at ``1 - confidence``; ``nan`` without an interval).
+    """
 
     win_rate: float
+    mde: float = math.nan
 
     def to_dict(self) -> dict[str, float | None]:
-        """``{"value", "ci_low", "ci_high", "win_rate"}`` (non-finite floats -> ``None``)."""
-        return {**super().to_dict(), "win_rate": _json_float(self.win_rate)}
+        """``{"value", "ci_low", "ci_high", "win_rate", "mde"}`` (non-finite floats ->
+        ``None``)."""
+        return {
+            **super().to_dict(),
+            "win_rate": _json_float(self.win_rate),
+            "mde": _json_float(self.mde),
+        }
 
 
 def paired_difference(
@@ -364,24 +387,32 @@ def paired_difference(
     confidence: float = 0.95,
     n_bootstrap: int = 2000,
     seed: int = 0,
+    days: Any = None,
+    power: float = 0.8,
 ) -> PairedDifference:
-    """Mean of ``values − reference`` over orders with a percentile-bootstrap interval.
+    """Mean of ``values − reference`` over orders with an interval that respects days.
 
-    The orders are resampled with replacement (``n_bootstrap`` resamples from
-    ``numpy.random.default_rng(seed)``), keeping each order's pair together.
+    Each order's pair stays together. With ``days``, orders of a day are resampled
+    together (20 days or more: the day-clustered bootstrap) or the interval is the
+    cluster-robust t with ``G − 1`` degrees of freedom (fewer days); without, or with one
+    order per day, orders are resampled (:mod:`serl_jax.metrics.inference`). Bootstrap
+    resamples come from ``numpy.random.default_rng(seed)``.
 
     Args:
         values: ``[n]`` per-order values of the policy (e.g. PA, bps).
         reference: ``[n]`` the reference policy's values on the same orders.
         confidence: confidence level in ``(0, 1)``.
-        n_bootstrap: resamples (0: no interval).
+        n_bootstrap: resamples (0: no bootstrap interval and no MDE where one is needed).
         seed: bootstrap seed.
+        days: ``[n]`` each order's day (any hashable), or None.
+        power: the power of the minimum detectable effect.
 
     Returns:
         The :class:`PairedDifference`.
 
     Raises:
-        ValueError: shapes that differ or are not ``[n]`` with ``n >= 1``.
+        ValueError: shapes that differ or are not ``[n]`` with ``n >= 1``, or ``days``
+            of another length.
     """
     values = np.asarray(values, np.float64)
     reference = np.asarray(reference, np.float64)
@@ -391,17 +422,22 @@ def paired_difference(
             f"and {reference.shape}"
         )
     diff = values - reference
-    low = high = math.nan
-    if n_bootstrap > 0:
+    clustering = Clustering.from_days(days, diff.size)
+    low = high = mde = math.nan
+    if clustering.method == CLUSTER_T:
+        mean, se = cluster_robust_mean(diff, clustering)
+        df = clustering.n_clusters - 1
+        low, high = t_interval(mean, se, df, confidence)
+        mde = minimum_detectable_effect(se, confidence, power, df=df)
+    elif clustering.bootstrap and n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        n = diff.size
-        chunk = max(1, _CHUNK_ELEMENTS // n)
-        means = [
-            diff[rng.integers(0, n, size=(min(chunk, n_bootstrap - start), n))].mean(axis=-1)
-            for start in range(0, n_bootstrap, chunk)
-        ]
-        low, high = _percentile_interval(np.concatenate(means), confidence)
-    return PairedDifference(float(diff.mean()), low, high, float((diff > 0).mean()))
+        means = np.concatenate(
+            [(w @ diff) / w.sum(axis=-1) for w in bootstrap_chunks(clustering, rng, n_bootstrap)]
+        )
+        low, high = _percentile_interval(means, confidence)
+        if n_bootstrap > 1:
+            mde = minimum_detectable_effect(float(means.std(ddof=1)), confidence, power)
+    return PairedDifference(float(diff.mean()), low, high, float((diff > 0).mean()), mde)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -421,6 +457,10 @@ class ExecutionMetrics:
             (:func:`paired_difference`); None when not computed (e.g. for TWAP itself).
         shortfall_vs_TWAP: the same for the execution shortfall (:func:`shortfall`); None
             when not computed or the outcomes lack ``replayed_notional``.
+        interval: how the intervals were made (:mod:`serl_jax.metrics.inference`:
+            ``order bootstrap``, ``day-clustered bootstrap``, ``cluster-robust t``, ...).
+        n_days: ``G``, the number of distinct days the orders fall on (``n_orders`` when
+            no days were given).
     """
 
     PA: Estimate
@@ -432,6 +472,14 @@ class ExecutionMetrics:
     confidence: float = 0.95
     vs_TWAP: PairedDifference | None = None
     shortfall_vs_TWAP: PairedDifference | None = None
+    interval: str = "order bootstrap"
+    n_days: int | None = None
+
+    def interval_description(self) -> str:
+        """The footer line naming the interval method and ``G``
+        (:func:`serl_jax.metrics.inference.describe_interval`)."""
+        g = self.n_orders if self.n_days is None else self.n_days
+        return describe_interval(self.interval, g, self.n_orders, self.confidence)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dictionary.
@@ -440,10 +488,16 @@ class ExecutionMetrics:
         ``{"value", "ci_low", "ci_high"}``; ``n_orders`` is an int. Non-finite floats (e.g. GLR
         ``inf`` with no losing orders, ``nan`` when undefined) become ``None`` so the result
         passes ``json.dumps(..., allow_nan=False)``. ``vs_TWAP`` and ``shortfall_vs_TWAP``,
-        when computed, map to ``{"value", "ci_low", "ci_high", "win_rate"}``.
+        when computed, map to ``{"value", "ci_low", "ci_high", "win_rate", "mde"}``.
+        ``interval`` is ``{"method", "days", "confidence"}``.
         """
         out: dict[str, Any] = {name: getattr(self, name).to_dict() for name in _METRIC_NAMES}
         out["n_orders"] = int(self.n_orders)
+        out["interval"] = {
+            "method": self.interval,
+            "days": int(self.n_orders if self.n_days is None else self.n_days),
+            "confidence": float(self.confidence),
+        }
         for name in ("vs_TWAP", "shortfall_vs_TWAP"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name).to_dict()
@@ -455,20 +509,19 @@ def _json_float(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _statistics(pa: np.ndarray, unfilled: np.ndarray) -> dict[str, np.ndarray]:
-    """Metric values along the last axis (orders); leading axes are resamples."""
-    n = pa.shape[-1]
-    mean = pa.mean(axis=-1)
-    if n > 1:
-        std = pa.std(axis=-1, ddof=1)
-    else:
-        std = np.zeros_like(mean)
-    win = pa > 0
-    loss = pa < 0
-    n_win = win.sum(axis=-1)
-    n_loss = loss.sum(axis=-1)
-    mean_gain = np.where(win, pa, 0.0).sum(axis=-1) / np.maximum(n_win, 1)
-    mean_loss = -np.where(loss, pa, 0.0).sum(axis=-1) / np.maximum(n_loss, 1)
+def _statistics(pa: np.ndarray, unfilled: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Metric values of ``[n]`` orders under frequency weights ``[..., n]`` (leading axes
+    are resamples; weights of ones give the plain statistics): each equals the statistic
+    of the sample that holds order ``i`` ``weights[..., i]`` times."""
+    total = weights.sum(axis=-1)
+    mean = (weights @ pa) / total
+    spread = weights * (pa - mean[..., None]) ** 2
+    std = np.sqrt(spread.sum(axis=-1) / np.maximum(total - 1.0, 1.0))
+    win, loss = pa > 0, pa < 0
+    n_win = weights @ win.astype(np.float64)
+    n_loss = weights @ loss.astype(np.float64)
+    mean_gain = (weights @ np.where(win, pa, 0.0)) / np.maximum(n_win, 1.0)
+    mean_loss = -(weights @ np.where(loss, pa, 0.0)) / np.maximum(n_loss, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         glr = np.where(
             n_loss > 0,
@@ -477,10 +530,10 @@ def _statistics(pa: np.ndarray, unfilled: np.ndarray) -> dict[str, np.ndarray]:
         )
     return {
         "PA": mean,
-        "PA_std": std,
-        "WR": n_win / n,
+        "PA_std": np.where(total > 1.0, std, 0.0),
+        "WR": n_win / total,
         "GLR": glr,
-        "AFI": unfilled.mean(axis=-1),
+        "AFI": (weights @ unfilled) / total,
     }
 
 
@@ -502,28 +555,36 @@ def compute_metrics(
     n_bootstrap: int = 2000,
     seed: int = 0,
     twap: OrderOutcomes | None = None,
+    days: Any = None,
 ) -> ExecutionMetrics:
-    """Computes PA, PA-std, WR, GLR and AFI with percentile-bootstrap confidence intervals.
+    """Computes PA, PA-std, WR, GLR and AFI with confidence intervals that respect days.
 
-    The interval of each metric is the ``[(1 − c)/2, (1 + c)/2]`` percentile range of the metric
-    over ``n_bootstrap`` resamples of the orders (with replacement, same size ``n``), drawn from
-    ``numpy.random.default_rng(seed)``: identical inputs and seed give identical results. The
-    resampling is vectorized (chunks of resamples × orders, bounded memory).
+    The method follows the orders' days (:mod:`serl_jax.metrics.inference`): the
+    ``[(1 − c)/2, (1 + c)/2]`` percentile range of the metric over ``n_bootstrap``
+    resamples of orders (no ``days``, or one order per day) or of whole days (20 days or
+    more), drawn from ``numpy.random.default_rng(seed)`` (identical inputs and seed give
+    identical results; vectorized in chunks of bounded memory); with 2 to 19 days, the
+    cluster-robust t interval with ``G − 1`` degrees of freedom for PA, WR and AFI and
+    none for PA-std and GLR; with one day, none.
 
     Args:
         outcomes: per-order totals (at least one order).
         confidence: confidence level in ``(0, 1)``.
-        n_bootstrap: number of bootstrap resamples, ``>= 0``; 0 skips the intervals (``nan``).
+        n_bootstrap: number of bootstrap resamples, ``>= 0``; 0 skips the bootstrap
+            intervals (``nan``).
         seed: seed for the bootstrap generator.
         twap: the TWAP baseline's outcomes on the same orders; gives ``vs_TWAP`` (and
             ``shortfall_vs_TWAP`` when both have ``replayed_notional``).
+        days: ``[n]`` each order's day (any hashable, e.g. ``datetime.date``), or None
+            (orders treated as independent).
 
     Returns:
         ``ExecutionMetrics`` (see the module docstring for the edge-case conventions).
 
     Raises:
-        ValueError: no orders, a bad ``confidence`` / ``n_bootstrap``, or ``twap`` outcomes
-            of other orders (a different count, side or quantity).
+        ValueError: no orders, a bad ``confidence`` / ``n_bootstrap``, ``days`` of another
+            length, or ``twap`` outcomes of other orders (a different count, side or
+            quantity).
     """
     if not isinstance(outcomes, OrderOutcomes):
         raise ValueError(f"compute_metrics: expected OrderOutcomes, got {type(outcomes).__name__}")
@@ -535,30 +596,26 @@ def compute_metrics(
     if int(n_bootstrap) != n_bootstrap or n_bootstrap < 0:
         raise ValueError(f"compute_metrics: n_bootstrap must be an integer >= 0, got {n_bootstrap}")
     n_bootstrap = int(n_bootstrap)
+    clustering = Clustering.from_days(days, n)
 
     pa = price_advantage(outcomes)
     unfilled = np.clip((outcomes.quantity - outcomes.executed) / outcomes.quantity, 0.0, 1.0)
-    point = _statistics(pa, unfilled)
-
-    if n_bootstrap > 0:
+    point = _statistics(pa, unfilled, np.ones(n))
+    intervals = {name: (math.nan, math.nan) for name in _METRIC_NAMES}
+    if clustering.method == CLUSTER_T:
+        per_order = {"PA": pa, "WR": (pa > 0).astype(np.float64), "AFI": unfilled}
+        for name in _MEAN_METRICS:
+            mean, se = cluster_robust_mean(per_order[name], clustering)
+            intervals[name] = t_interval(mean, se, clustering.n_clusters - 1, confidence)
+    elif clustering.bootstrap and n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        chunk = max(1, _CHUNK_ELEMENTS // n)
         parts: dict[str, list[np.ndarray]] = {name: [] for name in _METRIC_NAMES}
-        for start in range(0, n_bootstrap, chunk):
-            size = min(chunk, n_bootstrap - start)
-            idx = rng.integers(0, n, size=(size, n))
-            for name, values in _statistics(pa[idx], unfilled[idx]).items():
+        for weights in bootstrap_chunks(clustering, rng, n_bootstrap):
+            for name, values in _statistics(pa, unfilled, weights).items():
                 parts[name].append(values)
-        boot = {name: np.concatenate(values) for name, values in parts.items()}
-
-    estimates = {}
-    for name in _METRIC_NAMES:
-        value = float(point[name])
-        if n_bootstrap > 0:
-            low, high = _percentile_interval(boot[name], confidence)
-        else:
-            low, high = math.nan, math.nan
-        estimates[name] = Estimate(value=value, low=low, high=high)
+        for name, values in parts.items():
+            intervals[name] = _percentile_interval(np.concatenate(values), confidence)
+    estimates = {name: Estimate(float(point[name]), *intervals[name]) for name in _METRIC_NAMES}
     paired = {}
     if twap is not None:
         same = (
@@ -568,13 +625,20 @@ def compute_metrics(
         )
         if not same:
             raise ValueError("compute_metrics: the TWAP outcomes are not of the same orders")
-        boot = {"confidence": confidence, "n_bootstrap": n_bootstrap, "seed": seed}
+        boot = {"confidence": confidence, "n_bootstrap": n_bootstrap, "seed": seed, "days": days}
         paired["vs_TWAP"] = paired_difference(pa, price_advantage(twap), **boot)
         if outcomes.replayed_notional is not None and twap.replayed_notional is not None:
             paired["shortfall_vs_TWAP"] = paired_difference(
                 shortfall(outcomes), shortfall(twap), **boot
             )
-    return ExecutionMetrics(**estimates, n_orders=n, confidence=float(confidence), **paired)
+    return ExecutionMetrics(
+        **estimates,
+        n_orders=n,
+        confidence=float(confidence),
+        **paired,
+        interval=clustering.method,
+        n_days=clustering.n_clusters,
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -612,10 +676,11 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
 
     Columns: market, policy, PA (bps), PA-std (bps), WR, GLR, AFI, each as
     ``"value [low, high]"`` (``n/a`` for undefined values), n (orders), then the paired
-    comparison with TWAP on the same orders: PA − TWAP (bps), the share of orders won and
-    the shortfall's difference (``-`` where not computed, e.g. for TWAP itself). Rows keep
-    the mapping's order. Footer lines give the confidence level(s) and say what the paired
-    columns are.
+    comparison with TWAP on the same orders: PA − TWAP (bps), its minimum detectable
+    effect (MDE, bps), the share of orders won and the shortfall's difference (``-``
+    where not computed, e.g. for TWAP itself). Rows keep the mapping's order. Footer lines
+    name the interval method and the number of days ``G`` (per market where they differ)
+    and say what the paired columns are.
 
     Args:
         rows: ``{(market, policy): ExecutionMetrics}``.
@@ -629,11 +694,12 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
         *(title for title, _, _ in _COLUMNS),
         "n",
         "PA-TWAP (bps)",
+        "MDE",
         "won",
         "shortfall-TWAP (bps)",
     ]
     body = []
-    levels = set()
+    intervals: dict[str, str] = {}
     for key, metrics in rows.items():
         if not (isinstance(key, tuple) and len(key) == 2):
             raise ValueError(f"format_table: row keys must be (market, policy) tuples, got {key!r}")
@@ -642,13 +708,15 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
                 f"format_table: row {key!r} is a {type(metrics).__name__}, "
                 "expected ExecutionMetrics"
             )
-        levels.add(metrics.confidence)
+        intervals.setdefault(str(key[0]), metrics.interval_description())
         cells = [str(key[0]), str(key[1])]
         for _, attr, fmt in _COLUMNS:
             est: Estimate = getattr(metrics, attr)
             cells.append(f"{_fmt(fmt, est.value)} [{_fmt(fmt, est.low)}, {_fmt(fmt, est.high)}]")
         cells.append(str(metrics.n_orders))
         cells.append(_paired_cell(metrics.vs_TWAP))
+        mde = metrics.vs_TWAP.mde if metrics.vs_TWAP is not None else math.nan
+        cells.append("-" if metrics.vs_TWAP is None else _fmt("{:.2f}", mde))
         won = metrics.vs_TWAP.win_rate if metrics.vs_TWAP is not None else math.nan
         cells.append("-" if math.isnan(won) else f"{won:.2f}")
         cells.append(_paired_cell(metrics.shortfall_vs_TWAP))
@@ -666,12 +734,14 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
 
     lines = [_line(header), "  ".join("-" * w for w in widths)]
     lines += [_line(cells) for cells in body]
-    if levels:
-        pct = ", ".join(f"{100 * c:g}%" for c in sorted(levels))
-        lines.append(f"[low, high]: {pct} percentile-bootstrap confidence interval over orders")
+    if len(set(intervals.values())) == 1:
+        lines.append(f"[low, high]: {next(iter(intervals.values()))}")
+    else:
+        lines += [f"[low, high] of {market}: {text}" for market, text in intervals.items()]
     if any(m.vs_TWAP is not None for m in rows.values()):
         lines.append(
-            "PA-TWAP: mean of PA_i - PA_i(TWAP) on the same orders; won: share of orders with "
+            "PA-TWAP: mean of PA_i - PA_i(TWAP) on the same orders; MDE: its minimum "
+            "detectable effect (80% power, two-sided); won: share of orders with "
             "PA_i > PA_i(TWAP); shortfall-TWAP: the same for the spread-and-impact part of PA"
         )
     return "\n".join(lines)

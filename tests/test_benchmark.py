@@ -1,0 +1,122 @@
+"""``python -m serl_jax.benchmark`` end to end at the tiny preset: cells, a kill and a
+resume that recomputes nothing finished, the table's statistics, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serl_jax import evaluate
+from serl_jax.benchmark import rows
+from serl_jax.benchmark.__main__ import main
+from serl_jax.benchmark.cells import CellStore
+from serl_jax.metrics import price_advantage
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs" / "tiny.yaml")
+
+
+def _cells(out: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in out.glob("cells/*/*/*/cell.json")}
+
+
+@pytest.mark.slow
+def test_benchmark_killed_and_resumed_recomputes_nothing_finished(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "bench"
+    args = ["--suite", "samples", "--config", TINY, "--seeds", "2", "--rows", "ppo", "--out",
+            str(out)]  # fmt: skip
+    real = rows.ppo_orders
+    calls: list[tuple[str, int]] = []
+
+    def killed_on_the_third(cfg, *a, **k):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as a kill: nothing after it runs
+        calls.append((cfg.loop.market, cfg.run.seed))
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(rows, "ppo_orders", killed_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        main(args)
+    before = _cells(out)
+    # cn_1min: baselines and both PPO seeds; us_1min: baselines, then the kill
+    assert len(before) == 4 and not (out / "results.md").exists()
+
+    calls.clear()
+    monkeypatch.setattr(rows, "ppo_orders", lambda cfg, *a, **k: (calls.append(
+        (cfg.loop.market, cfg.run.seed)), real(cfg, *a, **k))[1])  # fmt: skip
+    assert main(["--resume", str(out)]) == 0
+    assert calls == [("sample:us_1min", 0), ("sample:us_1min", 1)]
+    after = _cells(out)
+    assert len(after) == 6 and all(after[p] == t for p, t in before.items())
+
+    results = json.loads((out / "results.json").read_text())
+    cn = results["datasets"]["cn_1min"]["splits"]
+    assert list(cn) == ["test", "heldout", "val"]
+    ppo = cn["test"]["rows"]["PPO"]
+    # 30 test orders (3 symbols x 10 days) per seed, pooled over the 2 seeds
+    assert ppo["metrics"]["n_orders"] == 60 and len(ppo["pa_vs_twap_per_seed"]) == 2
+    assert ppo["metrics"]["interval"] == {"method": "cluster-robust t", "days": 10,
+                                          "confidence": 0.95}  # fmt: skip
+    held = cn["heldout"]["rows"]["PPO"]["metrics"]
+    # SZ000002's 10 test days: one order a day, but the two seeds' orders share each day
+    assert held["n_orders"] == 20 and held["interval"]["method"] == "cluster-robust t"
+    assert cn["heldout"]["rows"]["VWAP"]["metrics"]["interval"]["method"] == "order bootstrap"
+    assert np.mean(ppo["pa_vs_twap_per_seed"]) == pytest.approx(ppo["metrics"]["vs_TWAP"]["value"])
+    text = (out / "results.md").read_text()
+    assert "### test days, held-out symbols: 10 orders, 1 symbols, 10 days" in text
+    assert "cluster-robust t interval by day (G = 10 days, 9 df" in text
+    assert (out / "results.png").stat().st_size > 10_000
+    assert "# Benchmark: samples" in capsys.readouterr().out
+
+    # the cell's checkpoint scores the held-out symbol as the table says
+    checkpoint = out / "cells" / "cn_1min" / "ppo" / "seed0" / "checkpoint"
+    code = evaluate.main(
+        ["--data", "sample:cn_1min", "--policy", str(checkpoint), "--split", "heldout",
+         "data.heldout_symbols=[SZ000002]", "--json"]
+    )  # fmt: skip
+    assert code == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    orders, _ = CellStore(out).read("cn_1min", "ppo", 0)
+    stored = price_advantage(orders["heldout"]["PPO"].outcomes).mean()
+    assert record["PA"]["value"] == pytest.approx(stored, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_benchmark_serl_cell_resumes_its_loop(tmp_path):
+    """An SE-RL cell whose loop finished but whose cell was not stored (a kill between
+    the two) resumes the loop's own store: no candidate is proposed or trained again."""
+    out = tmp_path / "bench"
+    args = ["--data", "sample:us_1min", "--config", TINY, "--seeds", "1", "--rows",
+            "serl-offline", "--out", str(out), "loop.iterations=1",
+            "loop.candidates=1"]  # fmt: skip
+    assert main(args) == 0
+    cell = out / "cells" / "us_1min" / "serl-offline" / "seed0"
+    record = json.loads((cell / "cell.json").read_text())
+    assert record["best"] in ("j0-default", "j1-c0")
+    candidates = sorted(p.name for p in (cell / "serl-run" / "candidates").iterdir())
+    assert candidates == ["j0-default", "j1-c0"]
+    (cell / "cell.json").unlink()
+    assert main(["--resume", str(out)]) == 0
+    again = json.loads((cell / "cell.json").read_text())
+    assert again["best"] == record["best"] and again["candidates"] == record["candidates"]
+    assert sorted(p.name for p in (cell / "serl-run" / "candidates").iterdir()) == candidates
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--suite", "paper", "--data-root", "/nonexistent"], "--suite paper reads cn_index_1min"),
+        (["--suite", "samples", "--rows", "ppo,bogus"], "--rows: unknown bogus"),
+        (["--data", "sample:us_1min", "--suite", "samples"], "--data and --suite: give one"),
+        (["--resume", "/nonexistent"], "not a benchmark run folder"),
+        (["--data", "sample:us_1min", "data.heldout_symbols=[XYZ]"], "names XYZ, not in"),
+    ],
+)
+def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    assert main([*argv, "--out", str(tmp_path / "b")] if "--resume" not in argv else argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+    assert not (tmp_path / "b").exists()  # bad input leaves no run folder
