@@ -141,7 +141,9 @@ def test_agents_cli_writes_per_agent_and_team_metrics(tmp_path, capsys):
         assert set(agent["impact_bps"]) == names
         assert set(agent["vs_TWAP_POV"]) == {"PPO-mappo-comm"}
         impact = agent["impact_bps"]["TWAP"]
-        assert impact["ci_low"] <= impact["value"] <= impact["ci_high"] < 0  # a cost
+        assert impact["value"] < 0  # a cost
+        # the US sample's 4 test orders share one day: no interval
+        assert impact["ci_low"] is None and impact["ci_high"] is None
     assert set(entry["team"]["policies"]) == names
     spread = entry["pa_spread_bps"]
     pa = [a["policies"]["TWAP"]["PA"]["value"] for a in entry["agents"]]

@@ -120,3 +120,72 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
     assert not (tmp_path / "b").exists()  # bad input leaves no run folder
+
+
+@pytest.mark.slow
+def test_benchmark_agents_rows_pair_each_agent_with_twap_in_the_same_market(tmp_path):
+    """Two agents in the dynamic market (the ablation's agents rows): each agent and the
+    team are paired with every agent running TWAP in the same market."""
+    out = tmp_path / "bench"
+    args = ["--data", "sample:us_1min", "--config", TINY, "--seeds", "1", "--ablations",
+            "--rows", "agents-2", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    agents = results["datasets"]["us_1min"]["agents"]
+    assert set(agents) == {"IPPO, 2 agents"}
+    two = agents["IPPO, 2 agents"]["test"]["who"]
+    assert set(two) == {"agent 0", "agent 1", "team"}
+    # the team pools both agents' fills: its PA is their executed-weighted mean
+    orders, _ = CellStore(out).read("us_1min", "agents-2", 0)
+    a, b = (orders["test"][f"agent {i}"].outcomes for i in range(2))
+    team_price = (a.notional + b.notional) / (a.executed + b.executed)
+    team_pa = a.side * (team_price / a.benchmark - 1.0) * 1e4
+    assert two["team"]["PA"]["value"] == pytest.approx(team_pa.mean())
+    assert two["team"]["n_orders"] == 4
+    assert "### Several agents (dynamic market" in (out / "results.md").read_text()
+
+
+def test_every_row_of_the_paper_suite_configures_with_the_gpu_preset():
+    """``--suite paper --config configs/gpu.yaml --ablations``: every cell's config is
+    valid (the run checks them all before it trains anything)."""
+    from serl_jax.benchmark.run import Plan
+    from serl_jax.benchmark.suites import ABLATION_ROWS, AGENT_ROWS, MAIN_ROWS, PAPER_DATASETS
+
+    plan = Plan(
+        "paper",
+        PAPER_DATASETS,
+        (*MAIN_ROWS, *ABLATION_ROWS, *AGENT_ROWS),
+        (0, 1, 2),
+        config=str(ROOT / "configs" / "gpu.yaml"),
+    )
+    for dataset in plan.datasets:
+        for row in plan.rows:
+            cfg = plan.cfg(dataset, *row.overrides, "run.seed=2")
+            assert cfg.ppo.num_envs == 4096 and cfg.loop.market == dataset.path
+    xsec = plan.cfg(PAPER_DATASETS[1])
+    assert (xsec.data.heldout_fraction, xsec.data.short_days) == (0.2, "error")
+
+
+def test_the_plan_adds_a_designer_row_and_its_dek_ablations(tmp_path, monkeypatch):
+    """``--llm SPEC`` adds the loop with that designer; ``--ablations`` adds it with the
+    DEK off and, for a local ``hf:`` model (LoRA needs its weights), at the low level."""
+    import argparse
+
+    from serl_jax.benchmark.__main__ import _plan
+
+    def plan(*extra):
+        args = argparse.Namespace(
+            seeds=3, data=["sample:us_1min"], suite=None, data_root=None, rows=None,
+            config=None, overrides=[], argv=[], llm=None, ablations=False,
+        )  # fmt: skip
+        for key, value in extra:
+            setattr(args, key, value)
+        return {r.key: r for r in _plan(args).rows}
+
+    assert "serl-llm" not in plan()
+    rows = plan(("llm", "openai:http://localhost:8000/v1"), ("ablations", True))
+    assert rows["serl-llm"].overrides[1] == 'loop.llm="openai:http://localhost:8000/v1"'
+    assert 'dek.level="off"' in rows["serl-llm-dek-off"].overrides
+    assert "serl-llm-dek-low" not in rows and {"agents-1", "agents-2"} <= set(rows)
+    rows = plan(("llm", "hf:/models/qwen.gguf"), ("ablations", True))
+    assert 'dek.level="low"' in rows["serl-llm-dek-low"].overrides

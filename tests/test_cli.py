@@ -65,7 +65,7 @@ def test_train_writes_a_complete_run_folder(tiny_run):
         # every policy but TWAP is compared with TWAP on the same orders
         assert ("vs_TWAP" in metrics) == (name != "TWAP")
     ppo = entry["policies"]["PPO"]
-    assert set(ppo["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate"}
+    assert set(ppo["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate", "mde"}
     assert ppo["vs_TWAP"]["value"] == pytest.approx(
         ppo["PA"]["value"] - entry["policies"]["TWAP"]["PA"]["value"], abs=1e-9
     )

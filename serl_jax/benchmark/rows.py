@@ -40,6 +40,7 @@ from serl_jax.rl.policy import make_ppo_policy
 
 __all__ = [
     "BASELINE_ROWS",
+    "agents_orders",
     "baseline_orders",
     "calibrate_market",
     "eval_splits",
@@ -236,6 +237,71 @@ def serl_orders(
         "best_module": best.get("module"),
         "stopped": report["stopped"],
         "candidates": report["candidates"],
+        "checkpoint": str(checkpoint),
+    }
+    return orders, meta
+
+
+def agents_orders(
+    cfg: Config, name: str, splits: MarketSplits, folder: Path, *, progress: bool
+) -> tuple[dict[str, dict[str, SplitOrders]], dict[str, Any]]:
+    """Trains ``cfg.marl.agents`` agents (``marl.algorithm``, ``marl.scenario``) in the
+    dynamic market calibrated to the dataset, keeps the seed chosen on validation days,
+    saves the checkpoint and rolls them out on every split in the dynamic market, next to
+    every agent running TWAP with the same key (same profiles, same background
+    randomness): the reference the agents are paired with, since the dynamic market's
+    orders differ from the static table's.
+
+    Returns:
+        ``({split: {"agent i": ..., "TWAP agent i": ...}}, cell facts)``.
+    """
+    from serl_jax.agents_experiment import evaluate_agents, make_agents_env, train_agents
+    from serl_jax.rl.marl import make_marl_policy
+
+    t0 = time.perf_counter()
+    market = calibrated_market(cfg, cfg.loop.market)
+    env = make_agents_env(cfg)
+    params = {
+        s: dynamic_env_params(
+            cfg, market, cfg.env_params(MarketData.from_episodes(splits.split(s))), splits.stats
+        )
+        for s in ("train", *eval_splits(splits))
+    }
+    trained = train_agents(cfg, env, params["train"], params["val"], progress, name)
+    policy = make_marl_policy(trained.network, cfg.ppo.normalize_obs, cfg.network.prior())
+    checkpoint = folder / "checkpoint"
+    save_policy(
+        checkpoint,
+        trained.policy_params,
+        {
+            "config": cfg.to_dict(),
+            "obs_size": env.observation_size(params["train"]) + cfg.marl.agents,
+            "market": splits.name,
+            "market_mode": cfg.market.mode,
+            "agents": cfg.marl.agents,
+            "communication": "",
+            "selected_seed": trained.selected_seed,
+            "feature_names": list(splits.train.feature_names),
+        },
+    )
+    orders: dict[str, dict[str, SplitOrders]] = {}
+    for split in eval_splits(splits):
+        episodes = splits.split(split)
+        evaluated = evaluate_agents(
+            cfg, env, params[split], {name: (policy, trained.policy_params)}
+        )
+        orders[split] = {}
+        for label, key in (("agent", name), ("TWAP agent", "TWAP")):
+            rollout = evaluated[key].rollout
+            for i in range(cfg.marl.agents):
+                orders[split][f"{label} {i}"] = SplitOrders(
+                    rollout.outcomes(i), episodes.symbols, episodes.dates
+                )
+    meta = {
+        "seconds": time.perf_counter() - t0,
+        "agents": cfg.marl.agents,
+        "scenario": cfg.marl.scenario,
+        "selected_seed": trained.selected_seed,
         "checkpoint": str(checkpoint),
     }
     return orders, meta

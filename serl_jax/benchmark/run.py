@@ -29,6 +29,7 @@ from serl_jax.benchmark import rows as row_fns
 from serl_jax.benchmark.cells import CellStore
 from serl_jax.benchmark.suites import Dataset, Row
 from serl_jax.benchmark.tables import (
+    agents_results,
     dataset_results,
     machine_description,
     plot_results,
@@ -103,6 +104,11 @@ class Plan:
                 *extra,
             ],
         )
+
+
+def _needs_market(row: Row) -> bool:
+    """Whether a row trains in the dynamic market (hybrid PPO, agents)."""
+    return row.kind == "agents" or "market.mode=hybrid" in row.overrides
 
 
 def _log(message: str) -> None:
@@ -193,7 +199,7 @@ def run_plan(plan: Plan, root: Path, *, verbose: bool = False) -> dict[str, Any]
             store.write(dataset.name, "baselines", None, orders, {"seconds": seconds})
             _elapsed(root, seconds)
         market = None
-        if any(r.kind == "ppo" and "market.mode=hybrid" in r.overrides for r in learned):
+        if any(_needs_market(r) for r in learned):
             market = _market_params(plan, store, dataset)
         for row in learned:
             for seed in plan.seeds:
@@ -202,7 +208,7 @@ def run_plan(plan: Plan, root: Path, *, verbose: bool = False) -> dict[str, Any]
                 done_count += 1
                 folder = store.path(dataset.name, row.key, seed)
                 extra = [*row.overrides, f"run.seed={seed}", f"run.out={json.dumps(str(folder))}"]
-                if market is not None and "market.mode=hybrid" in row.overrides:
+                if market is not None and _needs_market(row):
                     extra.append(f"market.params={json.dumps(market)}")
                 label = f"[{done_count}/{len(todo)}] {dataset.name} {row.name} seed {seed}"
                 _log(f"{label} ...")
@@ -254,20 +260,24 @@ def _run_cell(
             return row_fns.ppo_orders(
                 cfg, row.name, splits, folder, progress=verbose, imagine_fn=imagine_fn
             )
-        return row_fns.serl_orders(cfg, row.name, splits, folder, quiet=not verbose)
+        if row.kind == "agents":
+            return row_fns.agents_orders(cfg, row.name, splits, folder, progress=verbose)
+        # the loop's own log (candidates, scores) goes to the cell's log.txt
+        return row_fns.serl_orders(cfg, row.name, splits, folder, quiet=False)
 
 
 def _results(plan: Plan, store: CellStore, failures: list, elapsed: float) -> dict[str, Any]:
     """The results of every stored cell (``results.json``'s content)."""
     settings = plan.cfg(plan.datasets[0]).eval
     boot = {"confidence": settings.confidence, "n_bootstrap": settings.n_bootstrap, "seed": 0}
-    learned = [(r.key, r.name) for r in plan.rows if r.kind != "baselines"]
+    learned = [(r.key, r.name) for r in plan.rows if r.kind in ("ppo", "serl")]
+    agents = [(r.key, r.name) for r in plan.rows if r.kind == "agents"]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     datasets = {}
     for d in plan.datasets:
         seconds: dict[str, list[float]] = {}
-        for key, name in learned:
+        for key, name in learned + agents:
             for s in plan.seeds:
                 if store.done(d.name, key, s):
                     _, record = store.read(d.name, key, s)
@@ -277,6 +287,7 @@ def _results(plan: Plan, store: CellStore, failures: list, elapsed: float) -> di
             "why": d.why,
             "overrides": list(d.overrides),
             "splits": dataset_results(store, d.name, learned, plan.seeds, boot),
+            "agents": agents_results(store, d.name, agents, plan.seeds, boot),
             "seconds_per_cell": {name: sum(v) / len(v) for name, v in seconds.items()},
         }
     return {

@@ -18,11 +18,13 @@ in seconds at the tiny preset; ``--data PATH`` adds any dataset with the config'
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
 __all__ = [
     "ABLATION_ROWS",
+    "AGENT_ROWS",
     "DATA_ROOT_ENV",
     "DISCRETE_SET",
     "MAIN_ROWS",
@@ -69,7 +71,8 @@ class Row:
         key: short name, the cell folder's name and a ``--rows`` value.
         name: the table's name.
         kind: ``baselines`` (seed-independent, one cell per dataset), ``ppo`` (plain PPO,
-            ``--llm none``) or ``serl`` (the SE-RL loop; its best candidate is the row).
+            ``--llm none``), ``serl`` (the SE-RL loop; its best candidate is the row) or
+            ``agents`` (IPPO/MAPPO agents in the dynamic market, their own table).
         overrides: settings of this row over the dataset's config.
         ablation: the row belongs to the ablation table (``--ablations``).
     """
@@ -129,7 +132,8 @@ ABLATION_ROWS = (
         "serl-dek-off",
         "SE-RL offline, DEK off",
         "serl",
-        ("market.mode=static", "loop.llm=offline", "dek.level=off"),
+        # quoted: YAML reads a bare off as false
+        ("market.mode=static", "loop.llm=offline", 'dek.level="off"'),
         ablation=True,
     ),
     Row(
@@ -149,6 +153,21 @@ ABLATION_ROWS = (
 )
 
 
+AGENT_ROWS = tuple(
+    Row(
+        f"agents-{n}",
+        f"IPPO, {n} agent{'s' if n > 1 else ''}",
+        "agents",
+        ("market.mode=dynamic", "loop.llm=none", f"marl.agents={n}"),
+        ablation=True,
+    )
+    for n in (1, 2)
+)
+"""One agent against two in the multi-agent (dynamic) market, each agent with its own
+parent order of the single-agent size; scored per agent and as a team (their fills
+pooled) against every agent running TWAP in the same market."""
+
+
 def llm_row(spec: str, dek: str = "high") -> Row:
     """The SE-RL row of a given designer (``--llm``), at DEK level ``dek``."""
     suffix = "" if dek == "high" else f", DEK {dek}"
@@ -157,7 +176,7 @@ def llm_row(spec: str, dek: str = "high") -> Row:
         key,
         f"SE-RL {spec}{suffix}",
         "serl",
-        ("market.mode=static", f"loop.llm={spec}", f"dek.level={dek}"),
+        ("market.mode=static", f"loop.llm={json.dumps(spec)}", f'dek.level="{dek}"'),
         ablation=dek != "high",
     )
 

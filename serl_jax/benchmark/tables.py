@@ -33,7 +33,14 @@ from serl_jax.metrics import (
     shortfall,
 )
 
-__all__ = ["SPLIT_TITLES", "dataset_results", "machine_description", "results_markdown"]
+__all__ = [
+    "SPLIT_TITLES",
+    "agents_results",
+    "dataset_results",
+    "machine_description",
+    "plot_results",
+    "results_markdown",
+]
 
 TWAP = "TWAP"
 ORACLE = "oracle (not achievable)"
@@ -189,6 +196,76 @@ def dataset_results(
     return out
 
 
+def _team(agents: Sequence[OrderOutcomes]) -> OrderOutcomes | None:
+    """The agents' orders of each day as one: fills pooled, side and benchmark shared
+    (None when they differ on some day, e.g. a buyer and a seller)."""
+    first = agents[0]
+    if any(
+        not (np.array_equal(a.side, first.side) and np.allclose(a.benchmark, first.benchmark))
+        for a in agents
+    ):
+        return None
+
+    def total(field: str):
+        return np.sum([getattr(a, field) for a in agents], axis=0)
+
+    return OrderOutcomes(
+        side=first.side,
+        quantity=total("quantity"),
+        executed=total("executed"),
+        notional=total("notional"),
+        benchmark=first.benchmark,
+        replayed_notional=total("replayed_notional"),
+    )
+
+
+def agents_results(
+    store: CellStore,
+    dataset: str,
+    rows: Sequence[tuple[str, str]],
+    seeds: Sequence[int],
+    boot: dict[str, Any],
+) -> dict[str, Any]:
+    """The multi-agent rows (dynamic market): per row and split, each agent and the team
+    paired with every agent running TWAP in the same market, seeds pooled, intervals
+    clustered by day.
+
+    Returns:
+        ``{row name: {split: {"agent i" | "team": {"PA", "vs_TWAP", "shortfall_vs_TWAP",
+        "n_orders", "interval"}}}}``.
+    """
+    out: dict[str, Any] = {}
+    for key, name in rows:
+        cells = {s: store.read(dataset, key, s)[0] for s in seeds if store.done(dataset, key, s)}
+        if not cells:
+            continue
+        out[name] = {}
+        for split in [s for s in SPLIT_TITLES if s in next(iter(cells.values()))]:
+            by_seed = {s: cell[split] for s, cell in cells.items()}
+            n_agents = sum(k.startswith("agent ") for k in next(iter(by_seed.values())))
+            who: dict[str, tuple[list, list]] = {}
+            for _, orders in sorted(by_seed.items()):
+                agents = [orders[f"agent {i}"].outcomes for i in range(n_agents)]
+                twaps = [orders[f"TWAP agent {i}"].outcomes for i in range(n_agents)]
+                for i in range(n_agents):
+                    who.setdefault(f"agent {i}", ([], []))[0].append(agents[i])
+                    who[f"agent {i}"][1].append(twaps[i])
+                team, team_twap = _team(agents), _team(twaps)
+                if n_agents > 1 and team is not None and team_twap is not None:
+                    who.setdefault("team", ([], []))[0].append(team)
+                    who["team"][1].append(team_twap)
+            days = np.concatenate([by_seed[s]["agent 0"].days for s in sorted(by_seed)])
+            entry = {}
+            for label, (ours, twap) in who.items():
+                m = compute_metrics(_concat(ours), twap=_concat(twap), days=days, **boot)
+                d = m.to_dict()
+                entry[label] = {
+                    k: d[k] for k in ("PA", "vs_TWAP", "shortfall_vs_TWAP", "n_orders", "interval")
+                }
+            out[name][split] = {"seeds": sorted(by_seed), "who": entry}
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # Markdown
 # --------------------------------------------------------------------------------------
@@ -269,6 +346,27 @@ def _footer_md(split: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _agents_md(agents: dict[str, Any]) -> list[str]:
+    lines = [
+        "### Several agents (dynamic market, each paired with every agent running TWAP)",
+        "",
+        "| row | days | who | n | PA (bps) | PA−TWAP (bps) | MDE | shortfall−TWAP (bps) "
+        "| interval |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, by_split in agents.items():
+        for split, entry in by_split.items():
+            for who, m in entry["who"].items():
+                vs = m["vs_TWAP"]
+                interval = f"{m['interval']['method']}, G = {m['interval']['days']}"
+                lines.append(
+                    f"| {name} | {split} | {who} | {m['n_orders']} | {_interval(m['PA'])} "
+                    f"| {_interval(vs)} | {_num(vs['mde'], '{:.2f}')} "
+                    f"| {_interval(m['shortfall_vs_TWAP'])} | {interval} |"
+                )
+    return [*lines, ""]
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     """The run's ``results.md``: per dataset and split, the table, the interval method,
     the oracle share, the paired comparisons with the default PPO, and the run's facts."""
@@ -300,6 +398,8 @@ def results_markdown(results: dict[str, Any]) -> str:
                 *_footer_md(entry),
                 "",
             ]
+        if ds.get("agents"):
+            lines += _agents_md(ds["agents"])
         timing = ds.get("seconds_per_cell", {})
         if timing:
             lines.append(
