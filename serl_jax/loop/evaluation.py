@@ -47,6 +47,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
 from serl_jax.components.reward import reward_term_values, switch_reward, switch_reward_terms
 from serl_jax.config import Config, config_from_dict
@@ -559,16 +560,22 @@ def _term_stats(per_step: dict[str, np.ndarray], episode: dict[str, np.ndarray])
 def compilation_cache(directory: str | Path | None) -> Iterator[None]:
     """Uses JAX's persistent compilation cache in ``directory`` while active (restoring
     the previous setting after), so a resumed run or a repeated program reloads compiled
-    XLA executables instead of compiling again. ``None``: no change."""
+    XLA executables instead of compiling again. ``None``: no change.
+
+    JAX opens its cache once per process and keeps writing to that folder whatever the
+    setting says later, so the cache is reset on entry and on exit: programs compiled
+    after the context neither read nor write ``directory``."""
     if directory is None:
         yield
         return
     previous = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(directory))
+    reset_cache()
     try:
         yield
     finally:
         jax.config.update("jax_compilation_cache_dir", previous)
+        reset_cache()
 
 
 def _init_worker(cache_dir: str | None) -> None:

@@ -21,7 +21,7 @@ from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import load_splits, train_candidates, train_policy
 from serl_jax.loop import ProgramEvaluator, evaluate_program
-from serl_jax.loop.evaluation import evaluate_batch, plan_jobs
+from serl_jax.loop.evaluation import compilation_cache, evaluate_batch, plan_jobs
 from serl_jax.rl.networks import network_code_key
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
@@ -197,3 +197,18 @@ def test_persistent_cache_hits_are_counted(config, tmp_path):
     assert first.timing["cache_hits"] == 0
     assert second.timing["cache_hits"] >= 2  # init and the update chunk, at least
     assert second.metrics == first.metrics
+
+
+def test_the_persistent_cache_ends_with_its_context(tmp_path):
+    """JAX opens its cache once per process; leaving the context must close it, or every
+    later compilation in the process keeps writing to the run's folder."""
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    try:
+        with compilation_cache(tmp_path / "xla"):
+            jax.jit(lambda x: x * 3.0 + 1.0)(jnp.ones(7)).block_until_ready()
+        written = sorted((tmp_path / "xla").iterdir())
+        assert written  # the cache was in use inside the context
+        jax.jit(lambda x: x * 5.0 - 2.0)(jnp.ones(9)).block_until_ready()
+        assert sorted((tmp_path / "xla").iterdir()) == written
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
