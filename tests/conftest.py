@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import gc
+
+import jax
 import pytest
 
 from serl_jax.data import load_market, load_minute_bars, sample_path
 from serl_jax.envs.market_data import trend_market
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Lets go of each module's compiled XLA programs when it ends. Every live CPU
+    executable holds memory mappings, and the whole suite in one process otherwise passes
+    Linux's ``vm.max_map_count`` (65,530): XLA then aborts in the middle of a compile."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ The run folder::
         benchmark.json                  the plan (datasets, rows, seeds, config, command)
         cells/<dataset>/<row>/<seed>/   one cell each: checkpoint, orders.npz, cell.json, log.txt
         cells/<dataset>/market.yaml     the calibrated dynamic market (hybrid rows)
+        xla_cache/                      compiled programs the cells share (loop.compilation_cache)
         results.md  results.json  results.png
 
 Each cell is stored when done (:mod:`serl_jax.benchmark.cells`); running the plan again
@@ -17,13 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import itertools
 import json
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import jax
 
 from serl_jax.benchmark import rows as row_fns
 from serl_jax.benchmark.cells import CellStore
@@ -38,6 +43,7 @@ from serl_jax.benchmark.tables import (
 )
 from serl_jax.config import Config, load_config
 from serl_jax.experiment import SAMPLE_PREFIX, load_splits
+from serl_jax.loop.evaluation import compilation_cache
 
 __all__ = ["Plan", "run_plan"]
 
@@ -188,44 +194,12 @@ def run_plan(plan: Plan, root: Path, *, verbose: bool = False) -> dict[str, Any]
         _log(f"[{dataset.name}] {splits.report.summary(verbose=verbose)}")
         _log(f"[{dataset.name}] {splits.summary()}")
     failures: list[dict[str, Any]] = []
-    done_count = 0
-    for dataset in plan.datasets:
-        splits = loaded[dataset.name]
-        cfg = plan.cfg(dataset)
-        if not store.done(dataset.name, "baselines", None):
-            t0 = time.perf_counter()
-            orders = row_fns.baseline_orders(cfg, splits)
-            seconds = time.perf_counter() - t0
-            store.write(dataset.name, "baselines", None, orders, {"seconds": seconds})
-            _elapsed(root, seconds)
-        market = None
-        if any(_needs_market(r) for r in learned):
-            market = _market_params(plan, store, dataset)
-        for row in learned:
-            for seed in plan.seeds:
-                if store.done(dataset.name, row.key, seed):
-                    continue
-                done_count += 1
-                folder = store.path(dataset.name, row.key, seed)
-                extra = [*row.overrides, f"run.seed={seed}", f"run.out={json.dumps(str(folder))}"]
-                if market is not None and _needs_market(row):
-                    extra.append(f"market.params={json.dumps(market)}")
-                label = f"[{done_count}/{len(todo)}] {dataset.name} {row.name} seed {seed}"
-                _log(f"{label} ...")
-                t0 = time.perf_counter()
-                try:
-                    orders, meta = _run_cell(plan, dataset, row, splits, folder, extra, verbose)
-                except Exception as err:  # a failed cell is recorded; the others go on
-                    reason = " ".join(str(err).splitlines()) or type(err).__name__
-                    failures.append(
-                        {"dataset": dataset.name, "row": row.key, "seed": seed, "error": reason}
-                    )
-                    _log(f"{label} failed: {reason} (see {folder / 'log.txt'})")
-                    continue
-                seconds = time.perf_counter() - t0
-                store.write(dataset.name, row.key, seed, orders, {**meta, "seconds": seconds})
-                _elapsed(root, seconds)
-                _log(f"{label} done in {seconds:.0f} s")
+    labels = (f"[{i}/{len(todo)}]" for i in itertools.count(1))
+    # one persistent XLA cache for the run: the seeds of a row compile the same programs
+    cache = root / "xla_cache" if plan.cfg(plan.datasets[0]).loop.compilation_cache else None
+    with compilation_cache(cache):
+        for dataset in plan.datasets:
+            failures += _run_dataset(plan, dataset, loaded[dataset.name], store, labels, verbose)
     elapsed = _elapsed(root, 0.0)
     results = _results(plan, store, failures, elapsed)
     (root / "results.json").write_text(json.dumps(results, indent=2, allow_nan=False))
@@ -236,6 +210,65 @@ def run_plan(plan: Plan, root: Path, *, verbose: bool = False) -> dict[str, Any]
         f"min of cells in all -> {root / 'results.md'}"
     )
     return results
+
+
+def _run_dataset(
+    plan: Plan,
+    dataset: Dataset,
+    splits,
+    store: CellStore,
+    labels: Iterator[str],
+    verbose: bool,
+) -> list[dict[str, Any]]:
+    """Runs one dataset's cells not yet stored (baselines, then each learned row and
+    seed); returns the failed cells, each ``{dataset, row, seed, error}``."""
+    learned = [r for r in plan.rows if r.kind != "baselines"]
+    failures: list[dict[str, Any]] = []
+    cfg = plan.cfg(dataset)
+    if not store.done(dataset.name, "baselines", None):
+        t0 = time.perf_counter()
+        orders = row_fns.baseline_orders(cfg, splits)
+        seconds = time.perf_counter() - t0
+        store.write(dataset.name, "baselines", None, orders, {"seconds": seconds})
+        _elapsed(store.root, seconds)
+    market = None
+    if any(_needs_market(r) for r in learned):
+        market = _market_params(plan, store, dataset)
+    for row in learned:
+        for seed in plan.seeds:
+            if store.done(dataset.name, row.key, seed):
+                continue
+            folder = store.path(dataset.name, row.key, seed)
+            extra = [*row.overrides, f"run.seed={seed}", f"run.out={json.dumps(str(folder))}"]
+            if market is not None and _needs_market(row):
+                extra.append(f"market.params={json.dumps(market)}")
+            label = f"{next(labels)} {dataset.name} {row.name} seed {seed}"
+            _log(f"{label} ...")
+            t0 = time.perf_counter()
+            try:
+                orders, meta = _run_cell(plan, dataset, row, splits, folder, extra, verbose)
+            except Exception as err:  # a failed cell is recorded; the others go on
+                reason = " ".join(str(err).splitlines()) or type(err).__name__
+                failures.append(
+                    {"dataset": dataset.name, "row": row.key, "seed": seed, "error": reason}
+                )
+                _log(f"{label} failed: {reason} (see {folder / 'log.txt'})")
+                continue
+            finally:
+                _release_compiled_programs()
+            seconds = time.perf_counter() - t0
+            store.write(dataset.name, row.key, seed, orders, {**meta, "seconds": seconds})
+            _elapsed(store.root, seconds)
+            _log(f"{label} done in {seconds:.0f} s")
+    return failures
+
+
+def _release_compiled_programs() -> None:
+    """Drops the cell's compiled XLA programs (the run's persistent cache keeps them on
+    disk): each live CPU executable holds memory mappings, and a long run in one process
+    would otherwise reach Linux's ``vm.max_map_count`` (65,530), where XLA aborts."""
+    jax.clear_caches()
+    gc.collect()
 
 
 def _run_cell(
