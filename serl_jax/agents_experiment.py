@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -23,6 +24,7 @@ import numpy as np
 from serl_jax.baselines import twap_policy
 from serl_jax.components.profiling import default_profile
 from serl_jax.config import Config
+from serl_jax.data import MarketSplits
 from serl_jax.envs.dynamic import DynamicEnvParams
 from serl_jax.envs.execution import EnvParams, default_reward
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
@@ -36,6 +38,7 @@ from serl_jax.metrics import (
     price_advantage,
     shortfall,
 )
+from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.marl import StaticMarket, make_marl_policy, make_marl_trainer
 from serl_jax.rl.policy import PPOPolicyParams
 
@@ -312,6 +315,40 @@ def evaluate_agents(
             )
         results[name] = AgentsEvaluation(agents, team_metrics, impact, vs_pov, rollout)
     return results
+
+
+def save_agents_checkpoint(
+    path: str | Path,
+    cfg: Config,
+    env: MultiAgentExecutionEnv,
+    train_params: DynamicEnvParams,
+    splits: MarketSplits,
+    trained: TrainedAgents,
+    communication: str,
+) -> None:
+    """Saves the agents' selected parameters with what ``evaluate`` needs to rebuild them
+    (:func:`serl_jax.rl.checkpoint.save_policy`).
+
+    Args:
+        path: the checkpoint folder.
+        train_params: the training market's params (the observation size comes from it).
+        splits: the splits trained on (name and feature names).
+        communication: the communication program's source (``""``: none).
+    """
+    save_policy(
+        path,
+        trained.policy_params,
+        {
+            "config": cfg.to_dict(),
+            "obs_size": env.observation_size(train_params) + cfg.marl.agents,
+            "market": splits.name,
+            "market_mode": cfg.market.mode,
+            "agents": cfg.marl.agents,
+            "communication": communication,
+            "selected_seed": trained.selected_seed,
+            "feature_names": list(splits.train.feature_names),
+        },
+    )
 
 
 def agents_entry(

@@ -187,29 +187,15 @@ class MultiAgentRollout(NamedTuple):
         )
 
     def team_outcomes(self) -> OrderOutcomes:
-        """The team's parent orders, one per day: the agents' shares, executed shares and
-        notionals summed, side and benchmark of agent 0 (in the ``team`` scenario the
-        agents share both).
+        """The team's parent orders, one per day (:meth:`OrderOutcomes.team`: the agents'
+        shares, executed shares and notionals summed; in the ``team`` scenario the agents
+        share side and benchmark).
 
         Raises:
             ValueError: if the agents' sides or benchmarks differ on some day (not a team).
         """
-        side = np.asarray(self.side, np.float64)
-        benchmark = np.asarray(self.benchmark_price, np.float64)
-        if (side != side[:, :1]).any() or (benchmark != benchmark[:, :1]).any():
-            raise ValueError("team_outcomes: the agents' sides or benchmarks differ (not a team)")
-
-        def total(x):
-            return np.asarray(x, np.float64).sum(axis=1)
-
-        return OrderOutcomes(
-            side=side[:, 0],
-            quantity=total(self.quantity),
-            executed=total(self.executed),
-            notional=total(self.notional),
-            benchmark=benchmark[:, 0],
-            replayed_notional=total(self.replayed_notional),
-        )
+        n_agents = np.asarray(self.side).shape[1]
+        return OrderOutcomes.team([self.outcomes(i) for i in range(n_agents)])
 
 
 def per_agent_policy(env, policy: Policy) -> Policy:

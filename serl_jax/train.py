@@ -81,6 +81,7 @@ from serl_jax.agents_experiment import (
     agents_entry,
     evaluate_agents,
     make_agents_env,
+    save_agents_checkpoint,
     train_agents,
 )
 from serl_jax.config import LOOP_SCORES, Config, ConfigError, load_config, saved_run_config
@@ -459,20 +460,10 @@ def run_agents_market(
     evaluated = evaluate_agents(
         cfg, env, params["test"], {name: (policy, trained.policy_params)}, splits.test.dates
     )
-    save_policy(
-        out_dir / "checkpoint",
-        trained.policy_params,
-        {
-            "config": cfg.to_dict(),
-            "obs_size": env.observation_size(params["train"]) + cfg.marl.agents,
-            "market": splits.name,
-            "market_mode": cfg.market.mode,
-            "agents": cfg.marl.agents,
-            "communication": cfg.marl.communication,
-            "selected_seed": trained.selected_seed,
-            "feature_names": list(splits.train.feature_names),
-        },
-    )
+    save_agents_checkpoint(
+        out_dir / "checkpoint", cfg, env, params["train"], splits, trained,
+        cfg.marl.communication,
+    )  # fmt: skip
     rows = {}
     for i in range(cfg.marl.agents):
         for policy_name, result in evaluated.items():

@@ -255,7 +255,12 @@ def agents_orders(
     Returns:
         ``({split: {"agent i": ..., "TWAP agent i": ...}}, cell facts)``.
     """
-    from serl_jax.agents_experiment import evaluate_agents, make_agents_env, train_agents
+    from serl_jax.agents_experiment import (
+        evaluate_agents,
+        make_agents_env,
+        save_agents_checkpoint,
+        train_agents,
+    )
     from serl_jax.rl.marl import make_marl_policy
 
     t0 = time.perf_counter()
@@ -270,20 +275,7 @@ def agents_orders(
     trained = train_agents(cfg, env, params["train"], params["val"], progress, name)
     policy = make_marl_policy(trained.network, cfg.ppo.normalize_obs, cfg.network.prior())
     checkpoint = folder / "checkpoint"
-    save_policy(
-        checkpoint,
-        trained.policy_params,
-        {
-            "config": cfg.to_dict(),
-            "obs_size": env.observation_size(params["train"]) + cfg.marl.agents,
-            "market": splits.name,
-            "market_mode": cfg.market.mode,
-            "agents": cfg.marl.agents,
-            "communication": "",
-            "selected_seed": trained.selected_seed,
-            "feature_names": list(splits.train.feature_names),
-        },
-    )
+    save_agents_checkpoint(checkpoint, cfg, env, params["train"], splits, trained, "")
     orders: dict[str, dict[str, SplitOrders]] = {}
     for split in eval_splits(splits):
         episodes = splits.split(split)

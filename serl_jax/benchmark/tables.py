@@ -197,26 +197,12 @@ def dataset_results(
 
 
 def _team(agents: Sequence[OrderOutcomes]) -> OrderOutcomes | None:
-    """The agents' orders of each day as one: fills pooled, side and benchmark shared
-    (None when they differ on some day, e.g. a buyer and a seller)."""
-    first = agents[0]
-    if any(
-        not (np.array_equal(a.side, first.side) and np.allclose(a.benchmark, first.benchmark))
-        for a in agents
-    ):
+    """The agents' orders of each day as one (None when they are not a team, e.g. a buyer
+    and a seller)."""
+    try:
+        return OrderOutcomes.team(agents)
+    except ValueError:
         return None
-
-    def total(field: str):
-        return np.sum([getattr(a, field) for a in agents], axis=0)
-
-    return OrderOutcomes(
-        side=first.side,
-        quantity=total("quantity"),
-        executed=total("executed"),
-        notional=total("notional"),
-        benchmark=first.benchmark,
-        replayed_notional=total("replayed_notional"),
-    )
 
 
 def agents_results(

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -227,6 +227,41 @@ class OrderOutcomes:
             executed=shares.sum(axis=-1),
             notional=cash.sum(axis=-1),
             benchmark=_vec("benchmark", benchmark),
+        )
+
+    @classmethod
+    def team(cls, agents: Sequence[OrderOutcomes]) -> OrderOutcomes:
+        """Several agents' orders of the same ``n`` days as the team's ``n`` parent orders:
+        shares, executed shares and notionals summed, side and benchmark shared.
+
+        Args:
+            agents: one ``OrderOutcomes`` per agent, each ``[n]``.
+
+        Raises:
+            ValueError: if the agents' sides or benchmarks differ on some day (not a team).
+        """
+        first = agents[0]
+        if any(
+            not (
+                np.array_equal(a.side, first.side) and np.array_equal(a.benchmark, first.benchmark)
+            )
+            for a in agents
+        ):
+            raise ValueError(
+                "OrderOutcomes.team: the agents' sides or benchmarks differ (not a team)"
+            )
+
+        def total(field: str) -> np.ndarray | None:
+            parts = [getattr(a, field) for a in agents]
+            return None if any(p is None for p in parts) else np.sum(parts, axis=0)
+
+        return cls(
+            side=first.side,
+            quantity=total("quantity"),
+            executed=total("executed"),
+            notional=total("notional"),
+            benchmark=first.benchmark,
+            replayed_notional=total("replayed_notional"),
         )
 
 
