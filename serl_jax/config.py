@@ -21,7 +21,12 @@ from typing import Any
 import yaml
 
 from serl_jax.components.imagination import ImaginationBounds
-from serl_jax.envs.execution import CHILD_QUANTITIES, EnvParams, twap_action_prior
+from serl_jax.envs.execution import (
+    CHILD_QUANTITIES,
+    EnvParams,
+    twap_action_prior,
+    vwap_action_prior,
+)
 from serl_jax.envs.multi_agent import SCENARIOS
 from serl_jax.lob.engine import LOB_ENGINES
 from serl_jax.rl.hybrid import HybridConfig
@@ -29,7 +34,7 @@ from serl_jax.rl.marl import ALGORITHMS, MARLConfig
 from serl_jax.rl.networks import check_action_multiples, declared_prior_anchor, make_network
 from serl_jax.rl.ppo import ActionPrior, PPOConfig, no_action_prior
 
-ACTION_PRIORS = ("twap", "none")
+ACTION_PRIORS = ("twap", "vwap", "none")
 
 
 class ConfigError(ValueError):
@@ -97,14 +102,17 @@ class NetworkConfig:
     hidden_sizes: widths of the actor and critic MLPs.
     activation: ``tanh``, ``relu`` or ``gelu``.
     action_prior: ``"twap"`` (the policy is a residual around the TWAP pace,
-        :func:`serl_jax.envs.execution.twap_action_prior`) or ``"none"``.
-    prior_anchor_steps: time constant, in steps, with which the TWAP prior pulls the
-        inventory back to the TWAP schedule (0: catch up in one step, as the TWAP
-        baseline does); chosen on validation days (README, "Why PPO did not learn").
+        :func:`serl_jax.envs.execution.twap_action_prior`), ``"vwap"`` (around the pace
+        of the training volume profile, :func:`serl_jax.envs.execution.vwap_action_prior`)
+        or ``"none"``.
+    prior_anchor_steps: time constant, in steps, with which the prior pulls the
+        inventory back to its schedule (0: catch up in one step, as the TWAP and VWAP
+        baselines do); chosen on validation days (docs/results/learning.md, "Why PPO did
+        not learn").
     action_multiples: a discrete action set (OPD-style): the policy picks one of these
-        multiples of the TWAP prior's child order each minute
+        multiples of the prior's child order each minute
         (:class:`serl_jax.rl.distributions.PriorMultiples`); empty (default) for the
-        logit-normal policy. Needs ``action_prior: twap``.
+        logit-normal policy. Needs a prior (``twap`` or ``vwap``).
     """
 
     def __post_init__(self):
@@ -118,15 +126,15 @@ class NetworkConfig:
                 f"network.prior_anchor_steps: must be >= 0, got {self.prior_anchor_steps}"
             )
         check_action_multiples(self.action_multiples, "network.action_multiples")
-        if self.action_multiples and self.action_prior != "twap":
+        if self.action_multiples and self.action_prior == "none":
             raise ValueError(
-                "network.action_multiples: a discrete action set multiplies the TWAP "
-                f"prior's child order; set network.action_prior=twap, not {self.action_prior!r}"
+                "network.action_multiples: a discrete action set multiplies the prior's "
+                "child order; set network.action_prior to twap or vwap, not 'none'"
             )
 
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
-    action_prior: str = "twap"
+    action_prior: str = "vwap"
     prior_anchor_steps: float = 20.0
     action_multiples: tuple[float, ...] = ()
 
@@ -139,7 +147,8 @@ class NetworkConfig:
         """The action prior these settings name: raw observation ``[..., D]`` -> logit."""
         if self.action_prior == "none":
             return no_action_prior
-        return functools.partial(twap_action_prior, anchor_steps=self.prior_anchor_steps)
+        prior = vwap_action_prior if self.action_prior == "vwap" else twap_action_prior
+        return functools.partial(prior, anchor_steps=self.prior_anchor_steps)
 
     def for_network(self, network: Any) -> NetworkConfig:
         """These settings with the prior anchor a network program declares, if it declares
@@ -209,6 +218,8 @@ MULTI_AGENT_MODULES = ("profiling", "communication")
 LOOP_SCORES = {"shortfall": "shortfall", "pa": "PA"}
 #: The designer's prompt layouts (``loop.prompt_style``).
 PROMPT_STYLES = ("full", "compact")
+#: The ``hf:`` designer's weight types (``loop.hf_dtype``).
+HF_DTYPES = ("bfloat16", "float32", "float16", "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +232,13 @@ class LoopConfig:
             or ``none`` for plain PPO training without the loop.
         model: model name for the ``openai`` backend (empty: the server's default or
             ``$SERL_LLM_MODEL``).
+        hf_device: where an ``hf:`` designer runs: ``auto`` (``cuda`` when PyTorch sees a
+            GPU, else ``cpu``), ``cpu``, ``cuda`` or ``cuda:<i>``.
+        hf_dtype: the ``hf:`` designer's weights: ``bfloat16`` (a 1.5B model in 5.4 GiB
+            at 5.4 tokens/s on one thread of a 2-core CPU, against 8.7 GiB and 3.2
+            tokens/s in float32), ``float32``, ``float16`` or ``auto`` (the checkpoint's;
+            a GGUF file dequantizes to float32).
+        hf_threads: PyTorch CPU threads of the ``hf:`` designer (0: PyTorch's default).
         market: the dataset the loop designs for (``sample:<name>`` or a path).
         iterations: J_max, the most outer iterations (seeds: 50; the CPU default is 3 so
             that ``python -m serl_jax.train`` finishes in minutes; ``configs/gpu.yaml``
@@ -244,8 +262,8 @@ class LoopConfig:
             it. The default is shortfall: PA adds each order's timing against the day's
             price path (TWAP's PA has a standard deviation of about 20 bps per order on
             the cn sample), which no design controls and which swamps the 0.1-1.5 bps
-            by which designs differ on a few dozen validation orders (README, "Learning
-            on real bars"); the report gives both.
+            by which designs differ on a few dozen validation orders
+            (docs/results/learning.md); the report gives both.
         ema_decay: decay of the score's moving average (seeds: 0.9).
         epsilon_bps: stop when the score's moving average moves less than this (seeds:
             0.1 bps).
@@ -311,9 +329,22 @@ class LoopConfig:
             )
         if self.score not in LOOP_SCORES:
             raise ValueError(f"loop.score: expected one of {list(LOOP_SCORES)}, got {self.score!r}")
+        if self.hf_dtype not in HF_DTYPES:
+            raise ValueError(
+                f"loop.hf_dtype: expected one of {list(HF_DTYPES)}, got {self.hf_dtype!r}"
+            )
+        if self.hf_device not in ("auto", "cpu", "cuda") and not self.hf_device.startswith("cuda:"):
+            raise ValueError(
+                f"loop.hf_device: expected auto, cpu, cuda or cuda:<i>, got {self.hf_device!r}"
+            )
+        if self.hf_threads < 0:
+            raise ValueError(f"loop.hf_threads: must be >= 0, got {self.hf_threads}")
 
     llm: str = "offline"
     model: str = ""
+    hf_device: str = "auto"
+    hf_dtype: str = "bfloat16"
+    hf_threads: int = 0
     market: str = "sample:cn_1min"
     iterations: int = 3
     min_iterations: int = 2
@@ -556,7 +587,7 @@ class MarlConfig:
 
 
 # The env section's defaults are EnvParams' but one: a run's learned policies send
-# participation child orders (README "Learning on real bars"); EnvParams keeps the plain
+# participation child orders (docs/results/learning.md); EnvParams keeps the plain
 # fixed-size child order, the one the baselines are defined with.
 ENV_FIELDS = {
     **{f.name: f.default for f in dataclasses.fields(EnvParams) if f.name != "data"},

@@ -125,7 +125,7 @@ def test_config_takes_and_refuses_action_sets():
     for value, message in bad.items():
         with pytest.raises(ConfigError, match=message):
             load_config(None, ["loop.llm=none", f"network.action_multiples={value}"])
-    with pytest.raises(ConfigError, match="action_prior=twap"):
+    with pytest.raises(ConfigError, match="action_prior to twap or vwap"):
         load_config(
             None, ["loop.llm=none", "network.action_prior=none", "network.action_multiples=[0, 1]"]
         )

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from serl_jax.baselines import twap_policy
-from serl_jax.envs.execution import EnvParams, ExecutionEnv, twap_action_prior
+from serl_jax.baselines import twap_policy, vwap_policy
+from serl_jax.envs.execution import EnvParams, ExecutionEnv, twap_action_prior, vwap_action_prior
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
 from serl_jax.metrics import price_advantage
@@ -190,6 +190,65 @@ def test_anchored_twap_prior_by_hand():
     # anchor 0 is the TWAP baseline's one-step tracking: (h - tau (1 - 1/n)) / h.
     assert action(obs(40, 100, 0.42), 0.0) == pytest.approx((0.42 - 0.39) / 0.42, rel=1e-4)
     assert action(obs(40, 100, 0.38), 0.0) < 1e-4  # ahead: wait
+
+
+def test_anchored_vwap_prior_by_hand():
+    def obs(steps_left, held, schedule_left, pace):
+        return jnp.array([0.5, np.log(steps_left), held, 0.0, schedule_left, pace])
+
+    def action(o, k):
+        return float(jax.nn.sigmoid(vwap_action_prior(o, anchor_steps=k)))
+
+    # On the volume schedule (30% of the expected volume left, 30% held): this minute's
+    # share of the remaining profile, whatever the clock says.
+    assert action(obs(40, 0.30, 0.30, 0.05), 5.0) == pytest.approx(0.05, rel=1e-4)
+    # 10% of the schedule ahead (behind) = 4 of the 40 remaining slices: exp(-+4/5) * 0.05.
+    assert action(obs(40, 0.27, 0.30, 0.05), 5.0) == pytest.approx(np.exp(-0.8) * 0.05, rel=1e-4)
+    assert action(obs(40, 0.33, 0.30, 0.05), 5.0) == pytest.approx(np.exp(0.8) * 0.05, rel=1e-4)
+    assert action(obs(1, 0.05, 0.02, 1.0), 5.0) > 0.9999  # the last step trades everything
+    # anchor 0 tracks the schedule in one step: target tau_v (1 - pi) = 0.285 after it.
+    assert action(obs(40, 0.33, 0.30, 0.05), 0.0) == pytest.approx((0.33 - 0.285) / 0.33, rel=1e-4)
+    assert action(obs(40, 0.27, 0.30, 0.05), 0.0) < 1e-4  # ahead: wait
+
+
+def test_the_profile_clock_by_hand():
+    profile = np.array([[0.1, 0.2, 0.3, 0.4, 0.0, 0.0]])
+    data = MarketData.create(
+        price=np.full((1, 6), 10.0),
+        volume=np.full((1, 6), 100.0),
+        features=np.zeros((1, 6, 1)),
+        volume_profile=profile,
+        expected_day_volume=np.array([600.0]),
+        mean_minute_volume=np.array([100.0]),
+        sigma=np.array([1e-4]),
+    )
+    env, params = ExecutionEnv(), EnvParams(data=data, lookback=1)
+    state = env.init_state(params, 0, 1, 5)  # slots 1..5: profile 0.2, 0.3, 0.4, 0, 0
+    seen = []
+    for t in range(5):
+        o = env.get_obs(state, params)
+        seen.append((float(o[4]), float(o[5])))
+        _, state, *_ = env.step_env(jax.random.PRNGKey(t), state, 0.0, params)
+    # the zero-profile tail: nothing left of the schedule, the pace falls back to 1/(T - t)
+    expected = [(1, 0.2 / 0.9), (0.7 / 0.9, 0.3 / 0.7), (0.4 / 0.9, 1), (0, 1 / 2), (0, 1)]
+    np.testing.assert_allclose(seen, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_the_vwap_prior_at_anchor_zero_is_the_vwap_baseline(cn_market):
+    """The prior's one-step tracking trades as :func:`vwap_policy` does, step by step, on a
+    real day's training profile (fixed-size child orders)."""
+    data = MarketData.from_episodes(cn_market.test)
+    env, params = ExecutionEnv(), EnvParams(data=data, lookback=3)
+    state = env.init_state(params, 1, 30, 150)
+    step = jax.jit(env.step_env)
+    for t in range(150):
+        obs = env.get_obs(state, params)
+        prior = float(jax.nn.sigmoid(vwap_action_prior(obs, anchor_steps=0.0)))
+        baseline = float(vwap_policy(None, jax.random.PRNGKey(0), obs, state, params))
+        # 5e-5: the prior's logit is clipped to [-10, 10] (sigmoid(10) = 1 - 4.5e-5)
+        assert prior == pytest.approx(baseline, abs=5e-5), f"t={t}"
+        _, state, *_ = step(jax.random.PRNGKey(t), state, baseline, params)
+    assert float(state.inventory) == 0.0
 
 
 def test_config_rejects_indivisible_minibatches():

@@ -67,12 +67,12 @@ inverse of the first):
   defaults of ``class Communication``): ``message_size`` (M) stays an integer in
   :data:`MESSAGE_RANGE` [1, 16], width-like fields (``width``, ``hidden``, ``units``)
   multiples of 8 in [8, 256], depth-like ones move by one in [1, 4] and other integers
-  (a part of the message) stay in :data:`MESSAGE_PART_RANGE` [1, 12].
+  (a part of the message) stay in :data:`MESSAGE_PART_RANGE` [1, 10].
 - networks: ``depth`` moves a depth field (``depth``, ``layers``, ``blocks``) or a literal
   ``range(k)`` loop count by one within [1, 4]; ``activation`` replaces every use of one
   flax activation (``nn.tanh``, ``relu``, ``gelu``, ``silu``, ``elu``) by another;
   ``anchor`` multiplies the ``prior_anchor_steps`` field of ``class Network`` (the time
-  constant, in steps, with which the TWAP prior pulls the inventory back to schedule;
+  constant, in steps, with which the action prior pulls the inventory back to schedule;
   :func:`serl_jax.rl.networks.declared_prior_anchor`) by ``exp(N(0, sigma))``, or
   declares it with a log-uniform draw in [1, 40] when the class has none (``constants``
   leaves that field to it).
@@ -147,7 +147,7 @@ INSTRUCTION_HINTS: tuple[str, ...] = (
     "normalize hidden layers with LayerNorm",
     "use residual blocks in the network",
     "encode the private features (time and inventory left) separately from the market features",
-    "keep the policy head near zero at initialization so the untrained policy follows TWAP",
+    "keep the policy head near zero at initialization so the untrained policy follows the prior",
     "change one constant at a time and keep the structure of the best past candidate",
 )
 
@@ -159,9 +159,9 @@ DEPTH_RANGE = (1, 4)
 #: keep JAX out of here).
 MESSAGE_RANGE = (1, 16)
 #: Its other integer fields that are not widths (a part of the message, such as
-#: ``inventory_broadcast``'s learned ``market_size`` next to the 4 private features it
+#: ``inventory_broadcast``'s learned ``market_size`` next to the 6 private features it
 #: copies) stay in this range, so the part and the private features fit in a message.
-MESSAGE_PART_RANGE = (1, 12)
+MESSAGE_PART_RANGE = (1, 10)
 #: The network field that sets the action prior's anchor (as
 #: ``serl_jax.rl.networks.PRIOR_ANCHOR_FIELD``; not imported, to keep JAX out of here).
 PRIOR_ANCHOR_FIELD = "prior_anchor_steps"
@@ -814,7 +814,7 @@ def _op_anchor(
         at = src.line_start(body[0].lineno)
     indent = src.line_text(body[0].lineno)[: body[0].col_offset]
     line = (
-        f"{indent}{PRIOR_ANCHOR_FIELD}: float = {value!r}  # TWAP prior's pull-back time, minutes\n"
+        f"{indent}{PRIOR_ANCHOR_FIELD}: float = {value!r}  # the prior's pull-back time, minutes\n"
     )
     return src.apply([(at, at, line)]), f"declared Network.{PRIOR_ANCHOR_FIELD} = {value!r}"
 

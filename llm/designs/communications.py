@@ -4,7 +4,8 @@ Each program defines ``class Communication(nn.Module)`` (instantiated as
 ``Communication()``) mapping an agent's normalized observation ``float32 [..., D]`` to its
 message ``float32 [..., M]``, ``1 <= M <= 16`` (:mod:`serl_jax.components.communication`).
 The observation holds the agent's private features first (time left, ``log`` of the steps
-left, inventory left, price move since arrival), then the recent market features. The
+left, inventory left, price move since arrival, the volume profile's share left and this
+minute's share of it), then the recent market features. The
 mean of the other agents' messages reaches each agent's policy at the next step.
 
 The programs are text, never executed here; ``tests/test_communication.py`` runs each
@@ -49,12 +50,12 @@ class Communication(nn.Module):
 
 _INVENTORY_BROADCAST = """\
 # inventory_broadcast: the agent's private state as it is (time left, log steps left,
-# inventory left, price move since arrival) plus a learned tanh summary of the market
-# features: the others learn where this agent is in its order.
+# inventory left, price move since arrival, volume-profile clock) plus a learned tanh
+# summary of the market features: the others learn where this agent is in its order.
 import flax.linen as nn
 import jax.numpy as jnp
 
-PRIVATE = 4  # the observation's private features come first
+PRIVATE = 6  # the observation's private features come first
 
 
 class Communication(nn.Module):

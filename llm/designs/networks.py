@@ -2,17 +2,17 @@
 
 Contract (:mod:`serl_jax.rl.networks`): ``Network()`` (every field has a default),
 ``apply(params, obs[..., D]) -> (policy_outputs[..., 2], value[...])``; the policy outputs
-are the mean and log-std of the action logit as a residual around the TWAP prior, so every
+are the mean and log-std of the action logit as a residual around the action prior, so every
 policy head starts near zero (``variance_scaling(1e-4)``) with bias ``(0, log 0.5)``.
 ``discrete_mlp`` declares a discrete action set (``action_multiples``) and returns one
 logit per multiple instead, the prior's own order (multiple 1) at probability 1/2.
 Initializers are Glorot / LeCun / variance scaling only: orthogonal init and
 ``jnp.linalg`` call LAPACK, which deadlocked under ``vmap`` on CPU. The observation is
-``[4 private features, lookback x market features]``.
+``[6 private features, lookback x market features]``.
 
 Tunables are the ``Network`` fields: ``width`` (kept in [8, 256] by the designer) and
 ``depth`` (kept in [1, 4]); every program stays well under 1,000,000 parameters at
-width 256 and depth 4 (D = 54: at most about 0.55 M, the residual MLP).
+width 256 and depth 4 (D = 56: at most about 0.55 M, the residual MLP).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["NETWORKS"]
 _SEPARATE_MLP = """\
 # separate_mlp: the framework's default (serl_jax.rl.networks.ActorCritic): separate actor
 # and critic tanh MLPs, Glorot init and a near-zero policy head with bias (0, log 0.5), so
-# the untrained policy is the TWAP prior.
+# the untrained policy is the action prior.
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -161,9 +161,9 @@ class Network(nn.Module):
 """
 
 _SPLIT_ENCODER = """\
-# split_encoder: encodes the 4 private features (time left, log steps left, inventory left,
-# price move) and the window of market features separately (ELU), then a shared layer feeds
-# both heads.
+# split_encoder: encodes the 6 private features (time left, log steps left, inventory left,
+# price move, volume-profile share left and this minute's share of it) and the window of
+# market features separately (ELU), then a shared layer feeds both heads.
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -175,8 +175,8 @@ class Network(nn.Module):
     @nn.compact
     def __call__(self, obs):
         init = nn.initializers.glorot_uniform()
-        private = nn.elu(nn.Dense(max(self.width // 2, 4), kernel_init=init)(obs[..., :4]))
-        market = obs[..., 4:]
+        private = nn.elu(nn.Dense(max(self.width // 2, 4), kernel_init=init)(obs[..., :6]))
+        market = obs[..., 6:]
         for _ in range(self.depth):
             market = nn.elu(nn.Dense(self.width, kernel_init=init)(market))
         h = jnp.concatenate([private, market], axis=-1)
@@ -190,7 +190,7 @@ class Network(nn.Module):
 
 _DISCRETE_MLP = """\
 # discrete_mlp: the default's separate tanh MLPs with a discrete action set: each minute
-# one of the multiples 0, 0.5, 1, 1.5, 2 of the TWAP prior's child order (a categorical
+# one of the multiples 0, 0.5, 1, 1.5, 2 of the prior's child order (a categorical
 # over action_multiples, OPD's action space), probability 1/2 on the prior's own order.
 import flax.linen as nn
 import jax.numpy as jnp

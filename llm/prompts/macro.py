@@ -183,7 +183,9 @@ imports: jax, jax.numpy, jax.nn, jax.lax, flax.linen, math, functools.
 (`params.data` holds the replayed market arrays; components should not need it.)
 
 ## Observation (float32 [{obs_dim}])
-{NUM_PRIVATE_FEATURES} private features: (T - t)/T, log(T - t), I_t/Q and the price move
-since arrival in percent; then {lookback} past slots x {num_features} normalized market
-features (log return, rolling volatility, volume share, time of day, high-low range).
+{NUM_PRIVATE_FEATURES} private features: (T - t)/T, log(T - t), I_t/Q, the price move
+since arrival in percent, the share of the window's expected volume still ahead (training
+volume profile) and the current minute's share of it;
+then {lookback} past slots x {num_features} normalized market features (log return,
+rolling volatility, volume share, time of day, high-low range).
 {several}"""

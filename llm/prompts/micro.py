@@ -95,18 +95,19 @@ Write the policy/value network for the network slot, a flax.linen module:
 
 - Instantiated as `Network()`: every field needs a default.
 - `policy_outputs[..., 0]` is the mean and `[..., 1]` the log standard deviation of the
-  action's logit z (action = sigmoid(z)), as a residual around the TWAP schedule's logit:
-  initialize the policy head near zero with bias (0, log 0.5) so the untrained policy is
-  TWAP with some exploration. `value` estimates the return in reward units.
+  action's logit z (action = sigmoid(z)), as a residual around the action prior's logit
+  (the VWAP schedule of the training volume profile by default, or TWAP's): initialize
+  the policy head near zero with bias (0, log 0.5) so the untrained policy is the prior
+  with some exploration. `value` estimates the return in reward units.
 - Optional field `prior_anchor_steps: float` (steps, in [0, 1000]; the framework's
   default is {NetworkConfig().prior_anchor_steps:g}): the time constant with which the
-  TWAP prior pulls the inventory back to the linear schedule, a = exp(-d/k) / (T - t)
-  with d the TWAP slices the order is ahead (0: catch up in one step). Participation
+  prior pulls the inventory back to its schedule, a = pace * exp(-d/k) with d the
+  average remaining slices the order is ahead (0: catch up in one step). Participation
   child orders fill more in busy minutes and less in quiet ones; a larger k lets those
   deviations persist instead of being undone.
 - Optional field `action_multiples: tuple` (2 to 64 distinct numbers in [0, 100]), a
   discrete action set: `policy_outputs` is then `[..., K]`, the logits of a categorical
-  over those multiples of the TWAP prior's child order (1: the prior's own order).
+  over those multiples of the prior's child order (1: the prior's own order).
 - Observations are normalized with running statistics before the network sees them.
 - At most 1,000,000 parameters; use glorot/lecun/variance_scaling initializers
   (no orthogonal init or jnp.linalg).""",
@@ -243,8 +244,8 @@ Write a communication module, what each agent tells the others (a flax.linen mod
 - Instantiated as `Communication()`: every field needs a default. M is fixed (not
   data-dependent) and any leading axes pass through: [..., D] -> [..., M].
 - `obs` is the sending agent's normalized observation (the layout above:
-  {NUM_PRIVATE_FEATURES} private features first, time and inventory left and the price move, then
-  the market features).
+  {NUM_PRIVATE_FEATURES} private features first, time and inventory left, the price move and
+  the volume profile's clock, then the market features).
 - Each agent sends the message of its observation; at the next step every agent's policy
   input gets the mean of the other agents' messages appended (M numbers; zeros at an
   episode's first step). The module is trained with the policy through the receivers'

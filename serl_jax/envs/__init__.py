@@ -8,6 +8,7 @@ from serl_jax.envs.execution import (
     order_price_advantage,
     step_price_advantage,
     twap_action_prior,
+    vwap_action_prior,
 )
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.reference import NumpyExecutionEnv
@@ -22,4 +23,5 @@ __all__ = [
     "order_price_advantage",
     "step_price_advantage",
     "twap_action_prior",
+    "vwap_action_prior",
 ]

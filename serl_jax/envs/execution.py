@@ -50,8 +50,9 @@ from gymnax.environments import environment, spaces
 from serl_jax.components.reward import total_reward
 from serl_jax.envs.market_data import MarketData
 
-# (T - t)/T, log(T - t), I_t/Q, price move since arrival (percent)
-NUM_PRIVATE_FEATURES = 4
+# (T - t)/T, log(T - t), I_t/Q, price move since arrival (percent), the share of the
+# window's expected volume still ahead, the current minute's share of it
+NUM_PRIVATE_FEATURES = 6
 CHILD_QUANTITIES = ("fixed", "participation")
 # Participation child orders' volume forecast: the profile rescaled by the day's volume
 # over the last 60 minutes, the adaptive VWAP baseline's look-back (chosen on validation
@@ -291,6 +292,45 @@ def default_reward(
     return params.reward_scale * (pa_term - concentration - terminal)
 
 
+def profile_schedule(
+    state: EnvState, params: EnvParams, time_left: jnp.ndarray, steps_left: jnp.ndarray
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The VWAP schedule's clock at the current step, from the training volume profile.
+
+    With ``c`` the symbol's cumulative training profile (``MarketData.cum_profile``), the
+    window ``[start, end)`` and ``s = start + t`` the current minute:
+
+    - ``profile_left = (c[end] - c[s]) / (c[end] - c[start])``: the share of the window's
+      expected volume still ahead, this minute included (the VWAP baseline's holdings
+      before this step; ``(T - t)/T`` where the window's profile is 0);
+    - ``profile_pace = profile[s] / (c[end] - c[s])``: this minute's share of it (the VWAP
+      baseline's fraction of the remaining inventory; ``1/(T - t)`` where nothing is
+      left).
+
+    Both come from training days only, so they are honest observations.
+
+    Args:
+        state: the episode's state (scalars).
+        params: environment parameters.
+        time_left: float32 ``(T - t)/T``, the fallback of ``profile_left``.
+        steps_left: float32 ``max(T - t, 1)``, whose inverse is the fallback pace.
+
+    Returns:
+        ``(profile_left, profile_pace)``, float32 scalars in ``[0, 1]``.
+    """
+    data = params.data
+    cum = data.cum_profile[state.episode]
+    end = jnp.minimum(state.start + state.window_len, data.num_slots)
+    slot = jnp.minimum(state.start + state.time, end)
+    total = cum[end] - cum[state.start]
+    left = cum[end] - cum[slot]
+    current = data.volume_profile[state.episode, jnp.minimum(slot, data.num_slots - 1)]
+    profile_left = jnp.where(total > 0, safe_divide(left, total), time_left)
+    pace = jnp.clip(safe_divide(current, left), 0.0, 1.0)
+    profile_pace = jnp.where(left > 0, pace, 1.0 / steps_left)
+    return profile_left, profile_pace
+
+
 def twap_action_prior(obs: jnp.ndarray, anchor_steps: float = 0.0) -> jnp.ndarray:
     """Logit of a TWAP action, read from an observation ``[..., D]``: the policy prior.
 
@@ -306,7 +346,7 @@ def twap_action_prior(obs: jnp.ndarray, anchor_steps: float = 0.0) -> jnp.ndarra
       from the schedule is pulled back with a time constant of k steps instead of in one
       step. A residual policy around this prior can trade more in one minute and less in
       the next few (following volume) without the prior undoing it at the next step,
-      which the one-step tracking does (README, "Why PPO did not learn").
+      which the one-step tracking does (docs/results/learning.md, "Why PPO did not learn").
 
     At the last step (``n = 1``) the prior trades everything. The logit is clipped to
     ``[-10, 10]``.
@@ -319,13 +359,59 @@ def twap_action_prior(obs: jnp.ndarray, anchor_steps: float = 0.0) -> jnp.ndarra
     Returns:
         float32 ``[...]`` action logits.
     """
-    time_left, steps_left, held = obs[..., 0], jnp.exp(obs[..., 1]), obs[..., 2]
+    steps_left = jnp.exp(obs[..., 1])
+    pace = 1.0 / jnp.maximum(steps_left, 1.0)
+    return _schedule_prior_logit(obs[..., 0], pace, obs[..., 2], steps_left, anchor_steps)
+
+
+def vwap_action_prior(obs: jnp.ndarray, anchor_steps: float = 0.0) -> jnp.ndarray:
+    """Logit of a VWAP action, read from an observation ``[..., D]``: the policy prior on
+    the volume clock.
+
+    :func:`twap_action_prior` with the VWAP schedule of the training volume profile in
+    place of the linear one: from ``n = T - t``, ``h = I_t/Q``, the schedule's holdings
+    ``τ_v`` and the current minute's share ``π`` of the remaining profile (the
+    observation's :func:`profile_schedule` features), with ``d = (τ_v - h) n / τ_v`` the
+    number of average remaining slices the order is ahead of the schedule:
+
+    - ``anchor_steps = 0``: the VWAP baseline's schedule tracking
+      (:func:`serl_jax.baselines.vwap_policy`): trade to the schedule's holdings after
+      this step, ``a = (h - τ_v (1 - π)) / h``;
+    - ``anchor_steps = k > 0``: the schedule's pace scaled by ``exp(-d/k)``,
+      ``a = π exp(-d/k)``, pulling a deviation back over k steps.
+
+    With participation child orders (``EnvParams.child_quantity``) the pace becomes a
+    percentage-of-volume order at the rate that finishes the order on the expected
+    remaining volume. At the last step the prior trades everything; the logit is clipped
+    to ``[-10, 10]``.
+
+    Args:
+        obs: float32 ``[..., D]`` raw (unnormalized) observations of
+            :class:`ExecutionEnv`.
+        anchor_steps: k, the pull-back time constant in steps (0: one-step tracking).
+
+    Returns:
+        float32 ``[...]`` action logits.
+    """
+    steps_left = jnp.exp(obs[..., 1])
+    return _schedule_prior_logit(obs[..., 4], obs[..., 5], obs[..., 2], steps_left, anchor_steps)
+
+
+def _schedule_prior_logit(
+    schedule_left: jnp.ndarray,
+    pace: jnp.ndarray,
+    held: jnp.ndarray,
+    steps_left: jnp.ndarray,
+    anchor_steps: float,
+) -> jnp.ndarray:
+    """The anchored prior's logit on a schedule's clock (holdings ``schedule_left``, this
+    step's share ``pace`` of what remains), shared by the TWAP and VWAP priors."""
     if anchor_steps > 0:
-        slices_ahead = (time_left - held) * steps_left / jnp.maximum(time_left, 1e-12)
+        slices_ahead = (schedule_left - held) * steps_left / jnp.maximum(schedule_left, 1e-12)
         pull = jnp.exp(jnp.clip(-slices_ahead / anchor_steps, -20.0, 20.0))
-        action = jnp.where(steps_left <= 1.5, 1.0, pull / jnp.maximum(steps_left, 1.0))
+        action = jnp.where(steps_left <= 1.5, 1.0, pace * pull)
     else:
-        target = time_left * (1.0 - 1.0 / jnp.maximum(steps_left, 1.0))
+        target = schedule_left * (1.0 - pace)
         action = (held - target) / jnp.maximum(held, 1e-12)
     action = jnp.clip(action, 1e-5, 1.0 - 1e-5)
     return jnp.clip(jnp.log(action) - jnp.log1p(-action), -10.0, 10.0)
@@ -389,9 +475,11 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             (:mod:`serl_jax.components.reward`); :func:`default_reward` unless replaced
             (e.g. by validated LLM code).
 
-    Observation: float32 ``[4 + lookback * F]``: ``(T - t)/T``, ``log(T - t)`` (so the
+    Observation: float32 ``[6 + lookback * F]``: ``(T - t)/T``, ``log(T - t)`` (so the
     TWAP pace ``1/(T - t)`` is a linear function of the input), ``I_t/Q``, the move of the
-    last seen price since arrival in percent, then the normalized market features of the
+    last seen price since arrival in percent, the VWAP schedule's clock from the training
+    volume profile (:func:`profile_schedule`: the share of the window's expected volume
+    still ahead and the current minute's share of it), then the normalized market features of the
     ``lookback`` slots before the current one (zeros before the day's first bar), and with
     ``EnvParams.diagnostic_volume_leak`` (a diagnostic, never for real use) the current
     minute's true volume last.
@@ -593,7 +681,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
     def get_obs(
         self, state: EnvState, params: EnvParams, key: jax.Array | None = None
     ) -> jnp.ndarray:
-        """Observation ``[4 + lookback * F]`` float32 (see the class docstring)."""
+        """Observation ``[6 + lookback * F]`` float32 (see the class docstring)."""
         del key
         n_slots = params.data.num_slots
         slot = state.start + state.time
@@ -608,7 +696,10 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         features = self.history_features(state, params, jnp.clip(past, 0, n_slots - 1))
         features = jnp.where((past >= 0)[:, None], features, 0.0)
         steps_left = jnp.maximum(state.window_len - state.time, 1).astype(jnp.float32)
-        private = jnp.stack([time_left, jnp.log(steps_left), inventory_left, move_pct])
+        profile_left, profile_pace = profile_schedule(state, params, time_left, steps_left)
+        private = jnp.stack(
+            [time_left, jnp.log(steps_left), inventory_left, move_pct, profile_left, profile_pace]
+        )
         parts = [private, features.reshape(-1)]
         if params.diagnostic_volume_leak:
             current = jnp.minimum(slot, n_slots - 1)
@@ -640,7 +731,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
         return "ExecutionEnv"
 
     def observation_size(self, params: EnvParams) -> int:
-        """Length of the observation vector, ``4 + lookback * F`` (+1 with the diagnostic
+        """Length of the observation vector, ``6 + lookback * F`` (+1 with the diagnostic
         volume leak)."""
         leak = 1 if params.diagnostic_volume_leak else 0
         return NUM_PRIVATE_FEATURES + params.lookback * params.data.num_features + leak

@@ -54,7 +54,7 @@ class NumpyExecutionEnv:
     def reset(
         self, episode: int, start: int, window_len: int, multiplier: float = 1.0
     ) -> np.ndarray:
-        """Starts an order; returns the first observation ``[4 + lookback * F]``."""
+        """Starts an order; returns the first observation ``[6 + lookback * F]``."""
         p = self.p
         end = start + window_len
         prices = self.price[episode, start:end]
@@ -146,7 +146,8 @@ class NumpyExecutionEnv:
         return float(self.p.side) * (s.notional / s.executed / s.benchmark_price - 1.0) * 1e4
 
     def observation(self) -> np.ndarray:
-        """``[(T-t)/T, log(T-t), I_t/Q, move since arrival %, lookback-slot features]``."""
+        """``[(T-t)/T, log(T-t), I_t/Q, move since arrival %, expected volume share left,
+        this minute's share of it, lookback-slot features]``."""
         s, lookback = self.state, int(self.p.lookback)
         slot = s.start + s.time
         n_slots = self.price.shape[1]
@@ -163,6 +164,13 @@ class NumpyExecutionEnv:
                 rows.append(np.zeros(self.features.shape[2]))
             else:
                 rows.append(self.features[s.episode, min(past, n_slots - 1)])
-        log_steps_left = np.log(max(s.window_len - s.time, 1))
-        private = [time_left, log_steps_left, inventory_left, move]
+        steps_left = max(s.window_len - s.time, 1)
+        profile = self.profile[s.episode]
+        end = min(s.start + s.window_len, n_slots)
+        total = profile[s.start : end].sum()
+        left = profile[min(slot, end) : end].sum()
+        profile_left = left / total if total > 0 else time_left
+        current = profile[min(slot, n_slots - 1)]
+        profile_pace = min(current / left, 1.0) if left > 0 else 1.0 / steps_left
+        private = [time_left, np.log(steps_left), inventory_left, move, profile_left, profile_pace]
         return np.concatenate([private, np.concatenate(rows)])

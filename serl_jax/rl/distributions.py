@@ -97,9 +97,10 @@ class PriorMultiples:
 
     The sample is the chosen index k (stored as float32 so that rollouts keep one dtype);
     the environment trades ``a = clip(m_k · sigmoid(prior_logit), 0, 1)`` of the remaining
-    inventory. With the TWAP prior, ``m = 1`` is the (anchored) TWAP child order, 0 skips
-    the minute and 2 trades twice TWAP's pace: Qlib's discrete OPD action set ("values"
-    times the TWAP amount; Fang et al. 2021, AAAI) around this project's anchored prior.
+    inventory. ``m = 1`` is the prior's (anchored) child order, the VWAP or TWAP schedule's
+    pace, 0 skips the minute and 2 trades twice that pace: Qlib's discrete OPD action set
+    ("values" times the TWAP amount; Fang et al. 2021, AAAI) around this project's anchored
+    prior.
 
     Attributes:
         logits: ``[..., K]`` float32 unnormalized log-probabilities.

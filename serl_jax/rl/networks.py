@@ -41,8 +41,8 @@ class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (PureJaxRL's layout).
 
     Initialization is Glorot-uniform with a near-zero policy head, so the untrained policy
-    is ``z ~ Normal(prior_logit, 0.5)``: the action prior (TWAP by default, see
-    :func:`serl_jax.envs.execution.twap_action_prior`) with some exploration.
+    is ``z ~ Normal(prior_logit, 0.5)``: the action prior (the VWAP schedule by default,
+    :func:`serl_jax.envs.execution.vwap_action_prior`) with some exploration.
 
     PureJaxRL's orthogonal init is deliberately not used: it calls LAPACK (QR), and on CPU
     jaxlib's LAPACK is scipy's OpenBLAS, whose thread server deadlocked when a ``vmap``

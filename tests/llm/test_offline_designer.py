@@ -35,6 +35,7 @@ from llm.parsing import extract_code
 from llm.validate import Limits, check_static, load_validated, validate
 from serl_jax.components.communication import MAX_MESSAGE_SIZE
 from serl_jax.envs import EnvParams, ExecutionEnv
+from serl_jax.envs.execution import NUM_PRIVATE_FEATURES
 from serl_jax.rl.networks import declared_prior_anchor
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -363,7 +364,7 @@ def test_instruction_refinement_answers_with_a_text_block():
 def test_mutated_networks_keep_the_contract(make_trend_market):
     params = EnvParams(data=make_trend_market(n_features=5), lookback=10)
     dim = ExecutionEnv().observation_size(params)
-    assert dim == 54
+    assert dim == 56
     networks = library("network")
     prompt = design_prompt("network", [("a", -1.0, networks[0].code), ("b", 0.0, networks[5].code)])
     [completions] = make_backend("offline", seed=6, explore=0.0).generate([prompt], n=2)
@@ -531,12 +532,12 @@ def test_communication_mutations_keep_message_sizes_and_widths_in_range():
     assert all(type(w) is int and w % 8 == 0 and 8 <= w <= 256 for w in widths)
     assert {1, MAX_MESSAGE_SIZE} <= set(sizes) and len(set(widths)) > 3  # clipped, not refused
     # inventory_broadcast: the observation's layout (PRIVATE, read in obs[..., :PRIVATE]) is
-    # never moved, and the learned part leaves room for the 4 private features
+    # never moved, and the learned part leaves room for the 6 private features
     _, codes = _mutations("communication", "inventory_broadcast", n=24, temperature=4.0)
     parts = [class_fields(c)["market_size"] for c in codes]
-    assert all(module_constants(c)["PRIVATE"] == 4 for c in codes)
+    assert all(module_constants(c)["PRIVATE"] == NUM_PRIVATE_FEATURES for c in codes)
     assert all(MESSAGE_PART_RANGE[0] <= p <= MESSAGE_PART_RANGE[1] for p in parts)
-    assert max(parts) == MESSAGE_PART_RANGE[1] == MAX_MESSAGE_SIZE - 4
+    assert max(parts) == MESSAGE_PART_RANGE[1] == MAX_MESSAGE_SIZE - NUM_PRIVATE_FEATURES
 
 
 @pytest.mark.slow
