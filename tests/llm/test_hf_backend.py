@@ -255,6 +255,36 @@ def test_errors_are_one_line(model_dirs, spec, options, needle):
     assert "\n" not in message and needle in message
 
 
+def test_auto_device_threads_and_token_counts(model_dirs):
+    before = torch.get_num_threads()
+    try:
+        backend = HFBackend(str(model_dirs["plain"]), device="auto", threads=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert backend.device.type == expected
+    text = "def reward(): return 1"
+    assert backend.count_tokens(text) == len(backend.completion_token_ids(text)) > 0
+    with pytest.raises(BackendError, match="threads must be >= 0"):
+        HFBackend(str(model_dirs["plain"]), threads=-1)
+
+
+def test_the_run_config_sets_the_hf_designers_device_dtype_and_threads():
+    from serl_jax.config import ConfigError, load_config
+    from serl_jax.train import backend_options
+
+    cfg = load_config(None, ["loop.llm=hf:qwen2.5-coder-1.5b", "loop.hf_threads=1"])
+    assert backend_options(cfg, 0) == {"device": "auto", "dtype": "bfloat16", "threads": 1}
+    for bad, needle in (
+        ("loop.hf_dtype=int8", "loop.hf_dtype"),
+        ("loop.hf_device=tpu", "loop.hf_device"),
+        ("loop.hf_threads=-1", "loop.hf_threads"),
+    ):
+        with pytest.raises(ConfigError, match=needle):
+            load_config(None, [bad])
+
+
 def test_importing_backends_does_not_import_torch():
     code = (
         "import sys, llm.backends; "

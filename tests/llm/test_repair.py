@@ -1,0 +1,82 @@
+"""The repair pass (``llm.repair``): each rule by hand, nothing else touched, and the
+repaired programs pass the validator's static stage where the originals did not."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm.repair import STANDARD_IMPORTS, repair
+from llm.validate import check_static
+from llm.validate.static import ALLOWED_IMPORTS
+
+REWARD_BODY = """
+def reward(prev_state, action, next_state, params):
+    return jnp.where(action > 0.5, 1.0, 0.0)
+"""
+
+
+def test_a_wrong_module_for_a_conventional_name_becomes_its_standard_import():
+    code, fixes = repair("import jnp\n" + REWARD_BODY)
+    assert code == "import jax.numpy as jnp\n" + REWARD_BODY
+    assert fixes == ["line 1: import jnp -> import jax.numpy as jnp"]
+    code, fixes = repair("import jax.linen as nn\n\n\nclass Network(nn.Module):\n    pass\n")
+    assert code.startswith("import flax.linen as nn\n\n\nclass Network(nn.Module):")
+    assert fixes == ["line 1: import jax.linen as nn -> import flax.linen as nn"]
+
+
+def test_a_missing_import_is_added_after_the_docstring_and_comments():
+    code, fixes = repair('"""A reward."""\n# terms: one\n' + REWARD_BODY.lstrip())
+    assert code == (
+        '"""A reward."""\n# terms: one\nimport jax.numpy as jnp\n\n' + REWARD_BODY.lstrip()
+    )
+    assert fixes == ["added the missing import jax.numpy as jnp"]
+    code, fixes = repair("def f(x):\n    return lax.stop_gradient(jnp.sum(x))\n")
+    assert code.startswith("import jax.numpy as jnp\nfrom jax import lax\n\ndef f(x):")
+    assert len(fixes) == 2
+
+
+def test_repeated_and_unused_imports_are_dropped():
+    source = "import jax.numpy as jnp\nimport jax.numpy as jnp\nimport math, functools\n"
+    code, fixes = repair(source + REWARD_BODY)
+    assert code == "import jax.numpy as jnp\n" + REWARD_BODY
+    assert fixes == [
+        "dropped the repeated import on line 2: import jax.numpy as jnp",
+        "dropped the unused import of math on line 3",
+        "dropped the unused import of functools on line 3",
+    ]
+    code, fixes = repair("import math, functools\n\ndef f(x):\n    return math.sqrt(x)\n")
+    assert code == "import math\n\ndef f(x):\n    return math.sqrt(x)\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import jax.numpy as jnp\n" + REWARD_BODY,  # nothing to fix
+        "import os\nimport jax.numpy as jnp\n"
+        + REWARD_BODY.replace("jnp.where", "os.getcwd() or jnp.where"),  # for validation
+        "def f(:\n",  # does not parse: left to validation
+        "def f(jnp):\n    return jnp.sum(1)\n",  # jnp is an argument, not a module
+        "jnp = None\n\ndef f():\n    return jnp\n",
+    ],
+)
+def test_everything_else_is_left_alone(source):
+    assert repair(source) == (source, [])
+
+
+def test_repaired_programs_pass_the_static_stage():
+    broken = "import jnp\n" + REWARD_BODY
+    with pytest.raises(Exception, match="import of 'jnp' is not allowed"):
+        check_static(broken, "reward")
+    code, _ = repair(broken)
+    check_static(code, "reward")
+    code, _ = repair(REWARD_BODY)
+    check_static(code, "reward")
+
+
+def test_the_rules_use_the_validators_allow_list():
+    from llm import repair as module
+
+    assert module._ALLOWED == ALLOWED_IMPORTS
+    for line in STANDARD_IMPORTS.values():
+        check_static(line + "\n\ndef reward(prev_state, action, next_state, params):\n"
+                     "    return 0.0\n", "reward")  # fmt: skip
