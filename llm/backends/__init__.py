@@ -9,7 +9,8 @@ Importing this package imports neither ``openai`` nor torch; each backend module
 its own client when it is used.
 """
 
-from llm.backends.base import Backend, BackendError, make_backend
+from llm.backends.base import Backend, BackendError
+from llm.backends.factory import make_backend
 from llm.backends.scripted import ScriptedBackend
 
 __all__ = ["Backend", "BackendError", "ScriptedBackend", "make_backend"]

@@ -1,32 +1,19 @@
-"""The backend interface, its error type and the ``--llm`` spec grammar.
+"""The backend interface and its error type.
 
 A backend turns prompts into completions (code text, usually inside a fenced block; see
 :func:`llm.parsing.extract_code`). Every backend implements one method::
 
-    backend = make_backend("openai:http://localhost:8000/v1", model="qwen2.5-coder")
+    backend = make_backend("openai:http://localhost:8000/v1", model="qwen2.5-coder")  # factory
     completions = backend.generate(["Write a reward function ..."], n=4)
     # -> [[c0, c1, c2, c3]]: one list of n completions per prompt
-
-Spec grammar (:func:`make_backend`):
-
-- ``scripted:<file.json>``: canned completions for tests (:class:`ScriptedBackend`).
-- ``openai:<base_url>``: any OpenAI-compatible server (:class:`OpenAIBackend`).
-- ``offline``: the offline designer, a program-library sampler and mutator, not a language
-  model (:class:`llm.backends.offline.OfflineDesigner`); the default when no model is given.
-- ``hf:<path or name>``: a local transformers causal LM (:class:`llm.backends.hf.HFBackend`;
-  needs the ``llm`` extra: torch, transformers).
 """
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
 
-__all__ = ["Backend", "BackendError", "make_backend"]
-
-SPEC_HELP = "scripted:<file.json> | openai:<base_url> | offline | hf:<path or name>"
+__all__ = ["Backend", "BackendError", "check_generate_args"]
 
 
 class BackendError(RuntimeError):
@@ -113,6 +100,12 @@ class Backend(ABC):
     ) -> list[list[str]]:
         """Implementation of :meth:`generate` on already-checked arguments."""
 
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of ``text`` in the model's tokenizer, for throughput in the run log;
+        ``None`` (the default) for a backend without one."""
+        del text
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Releases resources (connections); the default does nothing."""
 
@@ -121,70 +114,3 @@ class Backend(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _construct(name: str, factory: Any, arg: Any, options: dict[str, Any]) -> Backend:
-    """Calls ``factory(arg, **options)`` (``factory(**options)`` when ``arg`` is None),
-    turning unknown options into a BackendError."""
-    args = () if arg is None else (arg,)
-    try:
-        inspect.signature(factory).bind(*args, **options)
-    except TypeError as e:
-        raise BackendError(f"bad options for the {name} backend: {e}") from None
-    return factory(*args, **options)
-
-
-def make_backend(spec: str, **options: Any) -> Backend:
-    """Builds a backend from a ``--llm`` spec string.
-
-    Args:
-        spec: ``scripted:<file.json>``, ``openai:<base_url>``, ``offline`` or
-            ``hf:<path or name>``.
-        **options: keyword arguments for the backend's constructor (e.g. ``model``,
-            ``api_key``, ``timeout``, ``max_retries``, ``backoff`` for ``openai``;
-            ``cycle`` for ``scripted``; ``seed`` for ``offline``; ``device``, ``dtype``
-            for ``hf``).
-
-    Returns:
-        The backend.
-
-    Raises:
-        BackendError: unknown or malformed spec, an option the backend does not take, a
-            or a missing dependency.
-    """
-    if not isinstance(spec, str) or not spec.strip():
-        raise BackendError(f"empty LLM backend spec; expected {SPEC_HELP}")
-    spec = spec.strip()
-    kind, sep, arg = spec.partition(":")
-    kind = kind.lower()
-    if kind == "offline":
-        if arg:
-            raise BackendError(f"LLM backend spec {spec!r}: 'offline' takes no value")
-        from llm.backends.offline import OfflineDesigner
-
-        return _construct("offline", OfflineDesigner, None, options)
-    if kind in ("scripted", "openai", "hf") and not (sep and arg.strip()):
-        raise BackendError(f"LLM backend spec {spec!r} needs a value after '{kind}:'")
-    if kind == "scripted":
-        from llm.backends.scripted import ScriptedBackend
-
-        return _construct("scripted", ScriptedBackend.from_json, arg.strip(), options)
-    if kind == "openai":
-        try:
-            from llm.backends.openai_backend import OpenAIBackend
-        except ImportError as e:
-            raise BackendError(
-                f"the openai backend needs the 'openai' package ({e}); "
-                "install it with pip install -e '.[llm]'"
-            ) from None
-        return _construct("openai", OpenAIBackend, arg.strip(), options)
-    if kind == "hf":
-        try:
-            from llm.backends.hf import HFBackend
-        except ImportError as e:
-            raise BackendError(
-                f"the hf backend needs torch and transformers ({e}); "
-                "install them with pip install -e '.[llm]'"
-            ) from None
-        return _construct("hf", HFBackend, arg.strip(), options)
-    raise BackendError(f"unknown LLM backend spec {spec!r}; expected {SPEC_HELP}")

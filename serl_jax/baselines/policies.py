@@ -139,7 +139,7 @@ def pov_policy(policy_params, key: jax.Array, obs, state: EnvState, params: EnvP
     return action_from_target(_remaining_fraction(state), target)
 
 
-# Adaptive VWAP's volume forecast (chosen on validation days, README "Baselines").
+# Adaptive VWAP's volume forecast (chosen on validation days, docs/guide/metrics.md).
 AVWAP_LOOKBACK = 60  # minutes over which the day's volume is compared with the profile
 AVWAP_DECAY = 0.98  # per minute: how fast that surprise fades into the profile's forecast
 

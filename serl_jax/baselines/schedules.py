@@ -212,9 +212,9 @@ def cost_optimal_quantities(
         forced: ``[..., T]`` bool, the forced last slot of the window (all False when the
             env does not force liquidation).
         quantity: ``[...]`` shares to execute, ``>= 0``.
-        half_spread_bps, impact_eta_bps, impact_exponent, participation_cap,
-        force_penalty_bps: the env's cost model (:class:`serl_jax.envs.EnvParams`;
-            scalars, traced or not; ``impact_exponent > 0``).
+        half_spread_bps, impact_eta_bps, impact_exponent, participation_cap, force_penalty_bps:
+            the env's cost model (:class:`serl_jax.envs.EnvParams`; scalars, traced or
+            not; ``impact_exponent > 0``).
         iterations: bisection steps (50 halvings reach float32 resolution).
 
     Returns:

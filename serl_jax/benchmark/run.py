@@ -43,7 +43,7 @@ from serl_jax.benchmark.tables import (
 )
 from serl_jax.config import Config, load_config
 from serl_jax.experiment import SAMPLE_PREFIX, load_splits
-from serl_jax.loop.evaluation import compilation_cache
+from serl_jax.loop.dispatch import compilation_cache
 
 __all__ = ["Plan", "run_plan"]
 

@@ -41,8 +41,8 @@ __all__ = [
 DATA_ROOT_ENV = "SERL_DATA_ROOT"
 """Environment variable naming the folder that holds the paper suite's sets."""
 DISCRETE_SET = "[0, 0.5, 1, 1.5, 2]"
-"""The discrete action set of the ``PPO discrete`` row (chosen on validation days, README
-"A discrete action set")."""
+"""The discrete action set of the ``PPO discrete`` row (chosen on validation days,
+docs/results/learning-variants.md, "A discrete action set")."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,8 @@
   others in one compiled program.
 - :mod:`serl_jax.loop.agents_evaluation`: the same for a multi-agent program
   (``marl.agents > 1``: the profiling and communication slots).
+- :mod:`serl_jax.loop.dispatch`: runs programs through those two, batched, in worker
+  processes with a wall-clock budget and a persistent compilation cache.
 - :mod:`serl_jax.loop.workers`: worker processes that stop a task at its wall-clock budget.
 - :mod:`serl_jax.loop.store`: the SQLite run store that makes runs resumable.
 - :mod:`serl_jax.loop.convergence`: the EMA stopping rule.
@@ -13,12 +15,8 @@
 
 from serl_jax.loop.agents_evaluation import evaluate_agents_program
 from serl_jax.loop.convergence import EmaConvergence
-from serl_jax.loop.evaluation import (
-    ProgramEvaluator,
-    ProgramResult,
-    evaluate_batch,
-    evaluate_program,
-)
+from serl_jax.loop.dispatch import ProgramEvaluator
+from serl_jax.loop.evaluation import ProgramResult, evaluate_batch, evaluate_program
 from serl_jax.loop.outer import LoopOutcome, SERLLoop, candidate_feedback
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore, StoreError
 

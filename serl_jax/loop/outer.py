@@ -66,10 +66,11 @@ from llm.prompts import (
     parse_instruction,
     refinement_prompt,
 )
+from llm.repair import repair
 from llm.validate import Limits, SandboxError, validate
 from serl_jax.config import LOOP_SCORES, Config
 from serl_jax.loop.convergence import EmaConvergence
-from serl_jax.loop.evaluation import ProgramEvaluator
+from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore
 from serl_jax.metrics import paired_difference
 
@@ -122,6 +123,19 @@ def _designed_slots(cand: Candidate) -> tuple[str, ...]:
     return tuple(kind for kind in SLOTS if cand.slot_code(kind))
 
 
+def _throughput(backend: Backend, completions: list[str], t0: float) -> str:
+    """The run log's line for one designer call: completions, seconds per candidate and,
+    where the backend counts tokens, tokens and tokens/s."""
+    seconds = time.perf_counter() - t0
+    n = len(completions)
+    line = f"{n} completion(s) in {seconds:.1f} s ({seconds / max(n, 1):.1f} s per candidate"
+    counts = [backend.count_tokens(c) for c in completions]
+    if counts and all(c is not None for c in counts):
+        tokens = sum(counts)
+        line += f", {tokens} tokens, {tokens / max(seconds, 1e-9):.1f} tokens/s"
+    return line + ")"
+
+
 def _fmt(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -133,8 +147,8 @@ def paired_with_reference(metrics: dict[str, Any], reference: dict[str, Any]) ->
         metrics, reference: the two programs' validation metrics
             (:class:`serl_jax.loop.evaluation.ProgramResult`), with ``pa_per_order`` and
             ``shortfall_per_order`` (and ``days_per_order``, the orders' days: the interval
-        then clusters by day, :mod:`serl_jax.metrics.inference`; runs recorded before
-        days were kept resample orders).
+            then clusters by day, :mod:`serl_jax.metrics.inference`; runs recorded before
+            days were kept resample orders).
 
     Returns:
         ``{"pa": {...}, "shortfall": {...}}``, each ``{"value", "ci_low", "ci_high",
@@ -437,9 +451,11 @@ class SERLLoop:
                     score_label=self.score_label, imagine=self.cfg.imagine, marl=self.cfg.marl,
                 )  # fmt: skip
             budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
+            t0 = time.perf_counter()
             [completions] = self.backend.generate(
                 [prompt], n=k, temperature=self.loop.temperature, max_new_tokens=budget
             )
+            self.log(f"[j={j}] {module}: {_throughput(self.backend, completions, t0)}")
             prompts.append((module, "design", prompt, completions, None))
             for completion in completions:
                 cand = Candidate(
@@ -448,7 +464,7 @@ class SERLLoop:
                     parent_ids=[incumbent.id],
                 )  # fmt: skip
                 try:
-                    cand.code = extract_code(completion)
+                    cand.code, cand.repairs = repair(extract_code(completion))
                 except ParseError as e:
                     cand.status = "rejected"
                     cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
@@ -588,6 +604,8 @@ class SERLLoop:
             )
         elif cand.status in ("rejected", "crashed"):
             self.log(f"  {cand.id} {cand.module}: {cand.status}: {cand.error[:160]}")
+        elif cand.status == "proposed" and cand.repairs:
+            self.log(f"  {cand.id} {cand.module}: repaired: {'; '.join(cand.repairs)}")
 
     def _process(self, j: int, evaluator: ProgramEvaluator) -> None:
         cands = self.store.candidates(j)

@@ -6,7 +6,7 @@ not bounded by its validation trial: a reward that reduces over ``params.data`` 
 proportion to the market's size, which the trial does not see. So the SE-RL loop runs
 candidates in spawned processes and kills the one whose task passes its budget; the
 process is replaced and the remaining tasks go on. :class:`WorkerPool` is that mechanism
-(:class:`serl_jax.loop.evaluation.ProgramEvaluator` uses it), written for it instead of
+(:class:`serl_jax.loop.dispatch.ProgramEvaluator` uses it), written for it instead of
 ``concurrent.futures.ProcessPoolExecutor``, which cannot stop one running task (killing
 one of its processes breaks the whole pool).
 

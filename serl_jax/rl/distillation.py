@@ -20,7 +20,7 @@ deterministic teacher.
 
 A teacher trained on the student's own honest observations plugs in the same way
 (self-distillation; ``ppo.distill_teacher=honest``). On the samples it does as well as
-the oracle teacher (README, "Learning on real bars"): what distillation adds there does
+the oracle teacher (docs/results/learning.md): what distillation adds there does
 not come from the oracle's information.
 """
 

@@ -18,7 +18,7 @@ control variate, in the spirit of the group baselines of RLOO (Kool et al. 2019)
 (Shao et al. 2024) but per step: everything the siblings share, the market path and the
 value function's error on it, cancels. On the A-share sample's training days it cut the
 advantage's standard deviation 36-fold (groups of 8), and the volume signal that was lost
-in it became visible (README, "Why PPO did not learn").
+in it became visible (docs/results/learning.md, "Why PPO did not learn").
 
 ``make_trainer`` exposes the same pieces (``init``, ``update``) so the CLI can run updates
 in chunks and show progress between them. Its building blocks are module-level so that
@@ -59,8 +59,8 @@ class PPOConfig:
         num_minibatches: minibatches per epoch; must divide ``num_envs * num_steps``.
         gamma: discount γ (1.0: the undiscounted return is the reward summed over the order).
         gae_lambda: GAE λ (0.99: a long horizon, so the value function's errors bias the
-            advantage little; sibling lanes cancel most of the variance that adds; README,
-            "Why PPO did not learn").
+            advantage little; sibling lanes cancel most of the variance that adds;
+            docs/results/learning.md, "Why PPO did not learn").
         clip_eps: surrogate and value clipping ε.
         ent_coef: entropy bonus coefficient.
         vf_coef: value-loss coefficient.
@@ -84,7 +84,7 @@ class PPOConfig:
             observations with the diagnostic volume leak: oracle policy distillation) or
             ``honest`` (on the student's own observations: self-distillation). Measured
             on the samples' validation and test days, both add about 0.1 bps of shortfall
-            and the oracle's information nothing (README, "Learning on real bars").
+            and the oracle's information nothing (docs/results/learning.md).
     """
 
     num_envs: int = 128
@@ -348,8 +348,8 @@ def sibling_baseline(advantages: jnp.ndarray, group_size: int) -> jnp.ndarray:
     gradient unbiased, while everything the siblings share (the market path, the parent
     order, the value function's errors on them) cancels. It adds the siblings' own
     exploration noise, ``1/(G - 1)`` of a lane's, which is why groups of 8 learned faster
-    than groups of 2 or 4 on the synthetic trend, where the siblings share little (README,
-    "Why PPO did not learn"). Identity for ``group_size = 1``.
+    than groups of 2 or 4 on the synthetic trend, where the siblings share little
+    (docs/results/learning.md, "Why PPO did not learn"). Identity for ``group_size = 1``.
 
     Args:
         advantages: float32 ``[..., N]``, N a multiple of ``group_size``.

@@ -22,7 +22,7 @@ from llm.prompts import DEFAULT_CODE
 from serl_jax import train
 from serl_jax.config import ConfigError, load_config
 from serl_jax.loop import RunStore
-from serl_jax.loop.evaluation import plan_jobs
+from serl_jax.loop.dispatch import plan_jobs
 from serl_jax.loop.outer import candidate_feedback
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from llm.prompts import DEFAULT_CODE
 from serl_jax import train
 from serl_jax.config import load_config
 from serl_jax.loop import Candidate, RunStore, SERLLoop
-from serl_jax.loop.evaluation import plan_jobs
+from serl_jax.loop.dispatch import plan_jobs
 from serl_jax.loop.outer import candidate_feedback
 
 ROOT = Path(__file__).resolve().parents[2]

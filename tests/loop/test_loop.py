@@ -20,7 +20,7 @@ from llm.prompts import DEFAULT_CODE
 from llm.validate import Limits, SandboxError
 from serl_jax import evaluate, train
 from serl_jax.config import load_config
-from serl_jax.loop import Candidate, IterationSummary, RunStore, SERLLoop, evaluation
+from serl_jax.loop import Candidate, IterationSummary, RunStore, SERLLoop, dispatch, evaluation
 from serl_jax.loop.outer import paired_with_reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def resumed_run(tmp_path_factory):
         "loop.min_iterations=2", "eval.n_bootstrap=100", "loop.train_budget_s=0",
     ]  # fmt: skip
     calls: list[str] = []
-    real = evaluation.evaluate_program
+    real = dispatch.evaluate_program
 
     def counting(config, market, reward_code, network_code, artifact_dir=None, imagination=""):
         calls.append(Path(artifact_dir).name)
@@ -68,7 +68,7 @@ def resumed_run(tmp_path_factory):
         return real(config, market, reward_code, network_code, artifact_dir, imagination)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(evaluation, "evaluate_program", counting)
+    mp.setattr(dispatch, "evaluate_program", counting)
     try:
         with pytest.raises(KeyboardInterrupt):
             train.main(args)
@@ -363,17 +363,27 @@ def test_a_candidate_past_its_training_budget_fails_and_the_loop_goes_on(tmp_pat
     ref.metrics = {"pa": -20.0, "wr": 0.0, "glr": 0.0, "afi": 0.0}
     store.update(ref)
     store.finish_iteration(IterationSummary(0, -20.0, -20.0, "j0-default", False))
-    backend = ScriptedBackend(
-        {
-            "LLM4Reward": [_fence(PROGRAMS / "ok_reward_terms.txt")],
-            "LLM4Agent": [_fence(PROGRAMS / "ok_small_mlp_network.txt")],
-        }
+    # The reward as a small model writes it: a wrong import line, fixed by the repair pass.
+    reward = _fence(PROGRAMS / "ok_reward_terms.txt").replace(
+        "import jax.numpy as jnp", "import jnp"
     )
-    outcome = SERLLoop(cfg, backend, store, obs_dim=7, num_features=5, log=None).run()
+    backend = ScriptedBackend(
+        {"LLM4Reward": [reward], "LLM4Agent": [_fence(PROGRAMS / "ok_small_mlp_network.txt")]}
+    )
+    lines: list[str] = []
+    outcome = SERLLoop(cfg, backend, store, obs_dim=7, num_features=5, log=lines.append).run()
 
     assert (outcome.reason, outcome.best.id) == ("max_iterations", "j0-default")
+    # Each designer call logs its seconds per candidate (tokens/s where it counts tokens).
+    calls = [line for line in lines if re.match(r"\[j=1\] (reward|network): 1 completion", line)]
+    assert len(calls) == 2 and all("s per candidate)" in line for line in calls)
     j1 = store.candidates(1)
     assert [c.module for c in j1] == ["reward", "network"]
+    assert j1[0].repairs == ["line 5: import jnp -> import jax.numpy as jnp"]
+    assert j1[1].repairs == [] and "import jnp\n" not in j1[0].code
+    assert any(
+        line.endswith("repaired: line 5: import jnp -> import jax.numpy as jnp") for line in lines
+    )
     for cand in j1:
         assert cand.validation["ok"] is True
         assert cand.status == "crashed" and cand.score == -100.0  # loop.failure_score

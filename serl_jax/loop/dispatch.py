@@ -1,0 +1,217 @@
+"""Running candidate programs: in this process or in worker processes, batched, with a
+wall-clock budget and a persistent compilation cache.
+
+:class:`ProgramEvaluator` sends each program to its evaluator, the single-agent one
+(:func:`serl_jax.loop.evaluation.evaluate_program`, or
+:func:`serl_jax.loop.evaluation.evaluate_batch` for programs that share a network) or
+the multi-agent one (:func:`serl_jax.loop.agents_evaluation.evaluate_agents_program`),
+so both evaluators sit below it and neither imports the other's caller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import jax
+from jax.experimental.compilation_cache.compilation_cache import reset_cache
+
+from serl_jax.loop.agents_evaluation import evaluate_agents_program
+from serl_jax.loop.evaluation import ProgramResult, _failed, evaluate_batch, evaluate_program
+from serl_jax.loop.workers import WorkerPool
+from serl_jax.rl.networks import network_code_key
+
+__all__ = ["ProgramEvaluator", "compilation_cache", "plan_jobs"]
+
+
+@contextmanager
+def compilation_cache(directory: str | Path | None) -> Iterator[None]:
+    """Uses JAX's persistent compilation cache in ``directory`` while active (restoring
+    the previous setting after), so a resumed run or a repeated program reloads compiled
+    XLA executables instead of compiling again. ``None``: no change.
+
+    JAX opens its cache once per process and keeps writing to that folder whatever the
+    setting says later, so the cache is reset on entry and on exit: programs compiled
+    after the context neither read nor write ``directory``."""
+    if directory is None:
+        yield
+        return
+    previous = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous)
+        reset_cache()
+
+
+def _init_worker(cache_dir: str | None) -> None:
+    if cache_dir is not None:
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+
+
+def _is_multi_agent(task: tuple) -> bool:
+    """The task is a multi-agent program (``marl.agents > 1`` in its config)."""
+    return int((task[0].get("marl") or {}).get("agents", 1)) > 1
+
+
+def _evaluate_job(job: list[tuple]) -> list[ProgramResult] | None:
+    """One unit of work: a single program, or a batch of programs that build the same
+    network (``None``: the batch failed as a whole)."""
+    if _is_multi_agent(job[0]):
+        return [evaluate_agents_program(*job[0])]
+    if len(job) == 1:
+        return [evaluate_program(*job[0])]
+    config, market = job[0][:2]
+    programs, dirs = [(t[2], t[3]) for t in job], [t[4] for t in job]
+    return evaluate_batch(config, market, programs, dirs, _imagination_code(job[0]))
+
+
+def _imagination_code(task: tuple) -> str:
+    """A task's imagination code (its optional sixth argument)."""
+    return task[5] if len(task) > 5 else ""
+
+
+def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
+    """Groups programs that can train in one compiled program: the same config, market
+    and imagination code, and network code equal up to the declared prior anchor
+    (:func:`serl_jax.rl.networks.network_code_key`; so they differ in the reward and the
+    anchor only), at most ``batch`` per group, in the order the groups first appear. A
+    multi-agent program trains alone.
+
+    Args:
+        tasks: the arguments of :func:`evaluate_program` per program (of
+            :func:`serl_jax.loop.agents_evaluation.evaluate_agents_program` for a
+            multi-agent one).
+        batch: the most programs per group (1: every program alone).
+
+    Returns:
+        Lists of task indices covering every task once.
+    """
+    groups: dict[str, list[list[int]]] = {}
+    order: list[list[int]] = []
+    for i, task in enumerate(tasks):
+        if _is_multi_agent(task):
+            order.append([i])
+            continue
+        config, market, _, network_code = task[:4]
+        key = json.dumps(
+            [config, market, network_code_key(network_code), _imagination_code(task)],
+            sort_keys=True,
+        )
+        chunks = groups.setdefault(key, [])
+        if not chunks or len(chunks[-1]) >= batch:
+            chunks.append([])
+            order.append(chunks[-1])
+        chunks[-1].append(i)
+    return order
+
+
+class ProgramEvaluator:
+    """Runs :func:`evaluate_program` on a batch of programs, in this process
+    (``workers=1`` without a budget) or in spawned worker processes, so several candidates
+    are in flight at once and each can be stopped at its budget; compiled programs go to a
+    persistent cache when ``cache_dir`` is set.
+
+    Programs that differ only in their reward and prior anchor train together, up to
+    ``batch`` in one compiled program (:func:`evaluate_batch`; one compilation instead
+    of K).
+    A batch that fails as a whole (a candidate's code raised, the batch overran its
+    budget or its worker died) is trained again one program at a time, so that each
+    candidate is scored for its own fault only.
+
+    :meth:`evaluate` yields each result as soon as it is ready (in-process: lazily, one
+    unit at a time), so the caller can record it before the next one finishes and a
+    kill loses at most the programs in flight. Each worker process keeps its loaded
+    market and JAX's in-memory caches between programs. Use as a context manager.
+
+    Args:
+        workers: units (programs or batches) trained at once (each in its own process when
+            > 1).
+        cache_dir: JAX's persistent compilation cache, or ``None``.
+        budget_s: wall-clock seconds per program (compile, training and scoring) after
+            which its worker process is killed and the program scored as failed with the
+            reason (a batch of K gets K times the budget); 0: no budget.
+        batch: the most programs trained in one compiled program (1: one at a time).
+    """
+
+    def __init__(
+        self,
+        workers: int = 1,
+        cache_dir: str | Path | None = None,
+        budget_s: float = 0.0,
+        batch: int = 1,
+    ):
+        self.workers = int(workers)
+        self.budget_s = float(budget_s)
+        self.batch = int(batch)
+        self._cache = compilation_cache(cache_dir)
+        self._cache.__enter__()
+        cache = None if cache_dir is None else str(cache_dir)
+        self._pool = (
+            WorkerPool(self.workers, _init_worker, (cache,))
+            if self.workers > 1 or self.budget_s > 0
+            else None
+        )
+
+    def evaluate(self, tasks: list[tuple]) -> Iterator[tuple[int, ProgramResult]]:
+        """Yields ``(index, result)`` for each task (the arguments of
+        :func:`evaluate_program`), in completion order. A program stopped at its budget,
+        or whose worker died, gives a failed result saying so.
+
+        Raises:
+            Exception: what :func:`evaluate_program` raises (bad data or config).
+            RuntimeError: a worker process could not start.
+        """
+        jobs = plan_jobs(tasks, self.batch)
+        retry: list[int] = []
+        for job, results, failure in self._run(tasks, jobs):
+            if results is not None:
+                yield from zip(job, results, strict=True)
+            elif len(job) > 1:
+                retry.extend(job)
+            else:
+                yield job[0], failure
+        for job, results, failure in self._run(tasks, [[i] for i in retry]):
+            yield job[0], failure if results is None else results[0]
+
+    def _run(self, tasks: list[tuple], jobs: list[list[int]]):
+        """Yields ``(job, results, failure)`` per job as each ends: ``results`` is
+        ``None`` when the job failed as a whole, ``failure`` then says why (a failed
+        :class:`ProgramResult`; ``None`` for a batch that raised in place)."""
+        if self._pool is None:
+            for job in jobs:
+                results = _evaluate_job([tasks[i] for i in job])
+                yield job, results, None
+            return
+        budgets = [self.budget_s * len(job) or None for job in jobs]
+        args = [([tasks[i] for i in job],) for job in jobs]
+        for j, outcome in self._pool.run(_evaluate_job, args, budgets):
+            if outcome.status == "done":
+                yield jobs[j], outcome.value, None
+                continue
+            if outcome.status == "timeout":
+                reason = (
+                    f"training exceeded its wall-clock budget of {self.budget_s:g} s "
+                    "(loop.train_budget_s) and was stopped"
+                )
+            else:
+                reason = f"the training worker process died (exit code {outcome.exitcode})"
+            yield jobs[j], None, _failed(reason, time.perf_counter() - outcome.seconds)
+
+    def close(self) -> None:
+        """Stops the worker processes (killing programs still running) and restores the
+        compilation-cache setting."""
+        if self._pool is not None:
+            self._pool.close()
+        self._cache.__exit__(None, None, None)
+
+    def __enter__(self) -> ProgramEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
