@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import ast
 
+from llm.validate.static import ALLOWED_IMPORTS
+
 __all__ = ["STANDARD_IMPORTS", "repair"]
 
 STANDARD_IMPORTS: dict[str, str] = {
@@ -36,10 +38,6 @@ STANDARD_IMPORTS: dict[str, str] = {
     "nn": "import flax.linen as nn",
 }
 """The conventional names of the framework's modules and the import that binds each."""
-
-# Must match llm.validate.static.ALLOWED_IMPORTS (not imported: that module is the
-# validator's; a test checks they agree).
-_ALLOWED = frozenset({"jax", "jax.numpy", "jax.nn", "jax.lax", "flax.linen", "math", "functools"})
 
 
 def _bound_name(alias: ast.alias, node: ast.stmt) -> str:
@@ -52,8 +50,9 @@ def _bound_name(alias: ast.alias, node: ast.stmt) -> str:
 def _allowed(alias: ast.alias, node: ast.stmt) -> bool:
     if isinstance(node, ast.ImportFrom):
         module = node.module or ""
-        return node.level == 0 and (module in _ALLOWED or f"{module}.{alias.name}" in _ALLOWED)
-    return alias.name in _ALLOWED
+        full = f"{module}.{alias.name}"
+        return node.level == 0 and (module in ALLOWED_IMPORTS or full in ALLOWED_IMPORTS)
+    return alias.name in ALLOWED_IMPORTS
 
 
 def _names_read(tree: ast.Module) -> set[str]:

@@ -7,7 +7,6 @@ import pytest
 
 from llm.repair import STANDARD_IMPORTS, repair
 from llm.validate import check_static
-from llm.validate.static import ALLOWED_IMPORTS
 
 REWARD_BODY = """
 def reward(prev_state, action, next_state, params):
@@ -73,10 +72,7 @@ def test_repaired_programs_pass_the_static_stage():
     check_static(code, "reward")
 
 
-def test_the_rules_use_the_validators_allow_list():
-    from llm import repair as module
-
-    assert module._ALLOWED == ALLOWED_IMPORTS
+def test_the_standard_imports_pass_the_validators_allow_list():
     for line in STANDARD_IMPORTS.values():
         check_static(line + "\n\ndef reward(prev_state, action, next_state, params):\n"
                      "    return 0.0\n", "reward")  # fmt: skip
