@@ -2,10 +2,15 @@
 
 Runs the SE-RL loop (``python -m serl_jax.train``) once per DEK level with the same
 model, preset, market and seed, then reads each run store and prints, per outer
-iteration j >= 1: the candidates, the share that passed stage 1 (parsing and the static
-AST check) and stage 2 (the sandboxed trial run), how many trained, and the validation
-shortfall and PA of the trained ones (bps). With the low-level DEK it also prints each
-LoRA update's loss and the mean change of log p(completion | prompt) it made.
+iteration j >= 1 and module: the first samples K, the share that passes stage 1
+(parsing and the static AST check) and stage 2 (the sandboxed trial run) three ways --
+the sampled code as it is (validated again here, without the repair pass), after the
+repair pass (the loop's own verdict) and after repair and self-debugging (the sample or
+one of its retries, ``loop.repair_attempts`` rounds, passed) -- how many trained, and the
+validation shortfall and PA of the trained ones (bps); then the designer's tokens/s and
+seconds per valid candidate (wall time of the designer calls over the candidates that
+passed stage 2). With the low-level DEK it also prints each LoRA update's loss and the
+mean change of log p(completion | prompt) it made.
 
 Run (a model installed by name, :mod:`llm.models`; any ``hf:`` or ``openai:`` spec
 works)::
@@ -24,12 +29,15 @@ import argparse
 import contextlib
 import io
 import platform
+import re
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from llm.parsing import ParseError, extract_code
+from llm.validate import Limits, validate
 from serl_jax import train
 from serl_jax.loop import RunStore
 
@@ -37,44 +45,105 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGE_1 = ("parse", "static")  # a candidate rejected here failed stage 1
 
 
-def run_level(args: argparse.Namespace, level: str, out: Path) -> tuple[Path, float]:
-    """Runs the loop at one DEK level; returns its run folder and wall time (s)."""
+def run_level(args: argparse.Namespace, level: str, out: Path) -> tuple[Path, float, str]:
+    """Runs the loop at one DEK level; returns its run folder, wall time (s) and log."""
     argv = [
-        "--config", str(ROOT / "configs" / "tiny.yaml"), "--out", str(out), "--quiet",
+        "--config", str(ROOT / "configs" / "tiny.yaml"), "--out", str(out),
         "--data", args.data, "--llm", args.llm, "--dek", level,
         "--iterations", str(args.iterations), "--candidates", str(args.candidates),
         f"loop.min_iterations={args.iterations}", f"loop.max_new_tokens={args.max_new_tokens}",
         "eval.n_bootstrap=200", *args.set,
     ]  # fmt: skip
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):  # the run's own results table
+    log = io.StringIO()  # the loop's log: one line per designer call, with its throughput
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(log):
         code = train.main(argv)
     if code != 0:
         raise SystemExit(f"level {level}: python -m serl_jax.train exited with {code}")
     (run_dir,) = list(out.iterdir())
-    return run_dir, time.perf_counter() - t0
+    return run_dir, time.perf_counter() - t0, log.getvalue()
+
+
+CALL = re.compile(r"completion\(s\) in ([\d.]+) s \(.*?(?:, (\d+) tokens, [\d.]+ tokens/s)?\)$")
+
+
+def designer_throughput(log: str) -> tuple[float, int | None]:
+    """Seconds in designer calls and tokens generated (None where not counted), summed
+    over the loop log's design and self-debugging lines."""
+    seconds, tokens, counted = 0.0, 0, True
+    for line in log.splitlines():
+        if m := CALL.search(line):
+            seconds += float(m.group(1))
+            counted &= m.group(2) is not None
+            tokens += int(m.group(2) or 0)
+    return seconds, tokens if counted else None
+
+
+def raw_verdict(cand, limits) -> tuple[bool, bool]:
+    """Whether the sampled code, without the repair pass, passes stage 1 and both stages
+    (the loop's own verdict when nothing was repaired; validated again otherwise)."""
+    if cand.repairs:
+        try:
+            result = validate(extract_code(cand.completion), cand.module, limits=limits)
+        except ParseError:
+            return False, False
+        stage, ok = result.stage, result.ok
+    else:
+        stage, ok = (cand.validation or {}).get("stage"), bool((cand.validation or {}).get("ok"))
+    return stage not in STAGE_1, ok
 
 
 def _mean(values: list[float]) -> str:
     return f"{np.mean(values):+7.2f}" if values else "    n/a"
 
 
-def report(level: str, run_dir: Path, seconds: float) -> None:
-    """Prints one level's validity and scores per iteration."""
+def _chain_passed(cand, by_retry: dict) -> bool:
+    """Whether a first sample or one of its retries passed both stages."""
+    while cand is not None:
+        if (cand.validation or {}).get("ok"):
+            return True
+        cand = by_retry.get(cand.id)
+    return False
+
+
+def report(level: str, run_dir: Path, seconds: float, log: str) -> None:
+    """Prints one level's validity and scores per iteration and module."""
     store = RunStore.open(run_dir)
+    limits = Limits()
     print(f"--dek {level}  ({seconds:.0f} s, {run_dir})")
-    print("  j  K  stage 1  stage 2  trained  shortfall(trained)  PA(trained)")
-    for j in range(1, 1 + max(c.iteration for c in store.candidates())):
+    print(
+        "  j  module         K  stage 1 raw/repaired  stage 2 raw/repaired/+retries  "
+        "retries  trained  shortfall(trained)  PA(trained)"
+    )
+    everything = store.candidates()
+    for j in range(1, 1 + max(c.iteration for c in everything)):
         cands = store.candidates(j)
-        stages = [(c.validation or {}).get("stage") for c in cands]
-        passed_1 = sum(s not in STAGE_1 for s in stages)
-        passed_2 = sum(bool((c.validation or {}).get("ok")) for c in cands)
-        trained = [c for c in cands if c.status == "evaluated"]
-        print(
-            f"  {j}  {len(cands)}  {passed_1 / len(cands):7.0%}  {passed_2 / len(cands):7.0%}"
-            f"  {len(trained):7d}  {_mean([c.metrics['shortfall'] for c in trained]):>18}"
-            f"  {_mean([c.metrics['pa'] for c in trained]):>11}"
-        )
+        by_retry = {c.retry_of: c for c in cands if c.retry_of}
+        for module in dict.fromkeys(c.module for c in cands):
+            first = [c for c in cands if c.module == module and c.attempt == 0]
+            k = len(first)
+            raw = [raw_verdict(c, limits) for c in first]
+            raw_1, raw_2 = sum(r[0] for r in raw), sum(r[1] for r in raw)
+            stage_1 = sum((c.validation or {}).get("stage") not in STAGE_1 for c in first)
+            stage_2 = sum(bool((c.validation or {}).get("ok")) for c in first)
+            chained = sum(_chain_passed(c, by_retry) for c in first)
+            retries = sum(c.module == module and c.attempt > 0 for c in cands)
+            trained = [c for c in cands if c.module == module and c.status == "evaluated"]
+            print(
+                f"  {j}  {module:<13}{k:2d}  {raw_1 / k:9.0%}/{stage_1 / k:<9.0%}"
+                f"  {raw_2 / k:9.0%}/{stage_2 / k:.0%}/{chained / k:<11.0%}"
+                f"  {retries:7d}  {len(trained):7d}"
+                f"  {_mean([c.metrics['shortfall'] for c in trained]):>18}"
+                f"  {_mean([c.metrics['pa'] for c in trained]):>11}"
+            )
+    design_s, tokens = designer_throughput(log)
+    valid = sum(bool((c.validation or {}).get("ok")) for c in everything if c.iteration > 0)
+    print(
+        f"  designer: {design_s:.0f} s in calls"
+        + (f", {tokens} tokens, {tokens / max(design_s, 1e-9):.1f} tokens/s" if tokens else "")
+        + f"; {valid} candidate(s) passed stage 2: "
+        + (f"{design_s / valid:.0f} s of designer time per valid candidate" if valid else "none")
+    )
     rejected = [c for c in store.candidates() if c.status == "rejected"]
     stages = [c.validation.get("stage", "?") for c in rejected]
     counts = ", ".join(f"{s} {stages.count(s)}" for s in ("parse", "static", "runtime"))
@@ -113,8 +182,8 @@ def main() -> None:
     )
     for level in args.levels.split(","):
         with tempfile.TemporaryDirectory() as tmp:
-            run_dir, seconds = run_level(args, level, Path(tmp))
-            report(level, run_dir, seconds)
+            run_dir, seconds, log = run_level(args, level, Path(tmp))
+            report(level, run_dir, seconds, log)
 
 
 if __name__ == "__main__":

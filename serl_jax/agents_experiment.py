@@ -4,10 +4,10 @@ best seed on validation days, and score every agent and the team on test days (v
 and test in the dynamic market).
 
 The pieces ``python -m serl_jax.train --llm none --agents N`` runs per market
-(:func:`run_agents_market`): :func:`train_agents`, then :func:`evaluate_agents` of the
-trained agents against every agent running TWAP on the same days, profiles and
-background randomness (paired differences), and :func:`agents_entry`, the market's entry
-of ``metrics.json``.
+(:func:`serl_jax.training.agents.run_agents_market`): :func:`train_agents`, then
+:func:`evaluate_agents` of the trained agents against every agent running TWAP on the
+same days, profiles and background randomness (paired differences), and
+:func:`agents_entry`, the market's entry of ``metrics.json``.
 """
 
 from __future__ import annotations

@@ -278,6 +278,12 @@ class LoopConfig:
             2,300 tokens) or ``compact`` (for small models: the module's signature in one
             line, one program to edit, the module's best past candidate or the default,
             and one edit instruction; :func:`llm.prompts.compact_prompt`).
+        repair_attempts: self-debugging rounds (Eureka, Reflexion): a candidate rejected
+            before training (no code, stage 1 or stage 2) goes back to the designer with
+            its code and the validator's one-line error (:func:`llm.prompts.debug_prompt`),
+            and the answer is a new candidate of the same iteration (``retry_of`` the
+            rejected one, ``attempt`` 1, 2, ...), validated and trained like the others; a
+            rejected retry goes back again, up to this many rounds (0: never).
         temperature: sampling temperature of the designer.
         max_new_tokens: the most tokens per completion, a cap over each module's own
             budget (:class:`llm.prompts.MicroPrompt`'s ``max_new_tokens``: 640 for a reward
@@ -318,6 +324,8 @@ class LoopConfig:
             raise ValueError(f"loop.ema_decay: must be in [0, 1), got {self.ema_decay}")
         if self.train_budget_s < 0:
             raise ValueError(f"loop.train_budget_s: must be >= 0, got {self.train_budget_s}")
+        if self.repair_attempts < 0:
+            raise ValueError(f"loop.repair_attempts: must be >= 0, got {self.repair_attempts}")
         if self.failure_stage_step < 0:
             raise ValueError(
                 f"loop.failure_stage_step: must be >= 0, got {self.failure_stage_step}"
@@ -356,6 +364,7 @@ class LoopConfig:
     failure_score: float = -100.0
     failure_stage_step: float = 10.0
     prompt_style: str = "full"
+    repair_attempts: int = 2
     temperature: float = 0.8
     max_new_tokens: int = 1024
     buffer_size: int = 32
@@ -428,7 +437,7 @@ class MarketConfig:
             With ``dynamic`` or ``hybrid``, a PPO policy trained in the static market is
             trained as well, and every policy is evaluated in both markets.
         params: calibrated background-population parameters (YAML from
-            ``python -m serl_jax.market.calibrate``), or ``auto``: the shipped
+            ``python -m serl_jax.calibrate``), or ``auto``: the shipped
             ``configs/market/<sample>.yaml`` of a ``sample:<name>`` market.
         child_order: ``market`` or ``passive`` child orders in the dynamic market.
         dynamic_envs: parallel dynamic-market episodes per PPO rollout.

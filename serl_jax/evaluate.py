@@ -42,6 +42,7 @@ import json
 import sys
 from pathlib import Path
 
+from llm.validate import load_validated
 from serl_jax.config import (
     ConfigError,
     apply_overrides,
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     specs = args.policy or ["twap", "twap-pov", "vwap", "avwap", "pov", "ac", "oracle"]
     checkpoints = [s for s in specs if s.lower() not in BASELINES]
-    loaded = [load_policy(Path(s)) for s in checkpoints]
+    loaded = [load_policy(Path(s), define=load_validated) for s in checkpoints]
     if args.config is None and loaded:
         # The first checkpoint's training config sets the env (observation layout).
         cfg = config_from_dict(apply_overrides(loaded[0][2]["config"], args.overrides))

@@ -99,11 +99,11 @@ def market_params_path(cfg: Config, spec: str) -> Path:
     else:
         raise ValueError(
             f"market.params=auto: no calibrated market for {spec}; run "
-            f"python -m serl_jax.market.calibrate --data {spec} --out FILE "
+            f"python -m serl_jax.calibrate --data {spec} --out FILE "
             "and pass market.params=FILE"
         )
     if not path.is_file():
-        raise ValueError(f"market.params: {path} not found (python -m serl_jax.market.calibrate)")
+        raise ValueError(f"market.params: {path} not found (python -m serl_jax.calibrate)")
     return path
 
 

@@ -21,7 +21,7 @@ from serl_jax.envs.execution import EnvParams
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
 from serl_jax.evaluation import multi_agent_rollout, per_agent_policy, rollout
-from serl_jax.market.calibrate import load_market_params
+from serl_jax.market.params import load_market_params
 from serl_jax.metrics import price_advantage
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import serl_jax.training.ppo
 from serl_jax import evaluate, train
 from serl_jax.data import sample_path
 
@@ -83,7 +84,7 @@ def test_static_training_needs_no_calibrated_market(tmp_path, capsys):
     data = str(sample_path("us_1min"))
     args = ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", data, "--llm", "none"]
     assert train.main(args + ["--env", "hybrid"]) == 2
-    assert "python -m serl_jax.market.calibrate" in capsys.readouterr().err
+    assert "python -m serl_jax.calibrate" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     assert train.main(args + ["--env", "static"]) == 0
     (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
@@ -251,7 +252,7 @@ def test_interrupted_run_leaves_no_folder_that_looks_complete(tmp_path, monkeypa
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "run_market", crash)
+    monkeypatch.setattr(serl_jax.training.ppo, "run_market", crash)
     with pytest.raises(KeyboardInterrupt):
         train.main(
             ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", "sample:us_1min"]
@@ -260,6 +261,23 @@ def test_interrupted_run_leaves_no_folder_that_looks_complete(tmp_path, monkeypa
     (staged,) = list(tmp_path.iterdir())
     assert staged.name.startswith(".") and staged.name.endswith(".incomplete")
     assert (staged / "config.yaml").is_file() and not (staged / "metrics.json").exists()
+
+
+def test_train_logs_one_load_line_unless_verbose(tmp_path, monkeypatch, capsys):
+    """The load report is one line however many symbols; --verbose lists each symbol."""
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serl_jax.training.ppo, "run_market", stop)
+    base = ["--config", TINY, "--data", "sample:us_1min", "--llm", "none"]
+    for flags, lines in (([], 0), (["--verbose"], 4)):
+        with pytest.raises(KeyboardInterrupt):
+            train.main([*base, "--out", str(tmp_path / str(len(flags))), *flags])
+        err = capsys.readouterr().err.splitlines()
+        (summary,) = [line for line in err if line.startswith("[us_1min]") and "symbol(s)" in line]
+        assert "4 symbol(s)" in summary
+        assert len([line for line in err if ": filled" in line and line.startswith("  ")]) == lines
 
 
 def test_train_with_an_imagination_program(tmp_path, capsys):

@@ -19,7 +19,7 @@ from serl_jax.envs.execution import EnvParams, ExecutionEnv, twap_action_prior
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
 from serl_jax.metrics import price_advantage
-from serl_jax.rl.checkpoint import load_policy, save_policy
+from serl_jax.rl.checkpoint import CheckpointError, load_policy, save_policy
 from serl_jax.rl.distributions import PriorMultiples, action_distribution
 from serl_jax.rl.networks import declared_action_multiples, make_network, network_policy
 from serl_jax.rl.normalization import RunningStats
@@ -148,6 +148,32 @@ def test_a_checkpoint_keeps_its_action_set(tmp_path):
     np.testing.assert_array_equal(
         loaded.apply(restored.params, obs)[0], network.apply(params, obs)[0]
     )
+
+
+def test_a_checkpoint_with_designed_code_needs_the_validator(tmp_path):
+    """An SE-RL candidate's checkpoint holds its network code: serl_jax.rl never imports
+    llm, so the caller passes the validator's loader, and without it loading fails
+    with a message that names it."""
+    from llm.validate import load_validated
+
+    code = NETWORK_WITH_ACTION_SET.replace("WIDTH", "3")
+    network = load_validated(code, "network")
+    params = jax.tree.map(lambda x: x + 0.01, network.init(jax.random.key(0), jnp.zeros(7)))
+    cfg = load_config(None, ["loop.llm=none"])
+    meta = {"config": cfg.to_dict(), "obs_size": 7, "network_code": code}
+    save_policy(tmp_path, PPOPolicyParams(params, RunningStats.create(7)), meta)
+    with pytest.raises(CheckpointError, match="define=llm.validate.load_validated"):
+        load_policy(tmp_path)
+    loaded, restored, _ = load_policy(tmp_path, define=load_validated)
+    assert declared_action_multiples(loaded) == (0.0, 1.0, 2.0)
+    obs = jnp.linspace(-1.0, 1.0, 14).reshape(2, 7)
+    np.testing.assert_array_equal(
+        loaded.apply(restored.params, obs)[0], network.apply(params, obs)[0]
+    )
+    meta["network_code"] = "import os\n" + code
+    save_policy(tmp_path, PPOPolicyParams(params, RunningStats.create(7)), meta)
+    with pytest.raises(CheckpointError, match="network_code refused"):
+        load_policy(tmp_path, define=load_validated)
 
 
 NETWORK_WITH_ACTION_SET = """

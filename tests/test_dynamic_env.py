@@ -30,8 +30,7 @@ from serl_jax.evaluation import rollout
 from serl_jax.lob.book import CANCEL, LIMIT, Message, apply_messages
 from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.agents import round_view
-from serl_jax.market.calibrate import load_market_params
-from serl_jax.market.params import FIRST_AGENT_OWNER
+from serl_jax.market.params import FIRST_AGENT_OWNER, load_market_params
 from serl_jax.market.simulator import reset_market, run_minute
 from serl_jax.metrics import price_advantage, shortfall, timing_advantage
 

@@ -20,7 +20,7 @@ from serl_jax.envs.execution import EnvParams, twap_action_prior
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
 from serl_jax.envs.static_multi_agent import StaticMultiAgentEnv
-from serl_jax.market.calibrate import load_market_params
+from serl_jax.market.params import load_market_params
 from serl_jax.rl.distributions import LogitNormal
 from serl_jax.rl.hybrid import HybridConfig
 from serl_jax.rl.marl import (

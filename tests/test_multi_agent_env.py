@@ -21,8 +21,7 @@ from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv, team_price_advantage
-from serl_jax.market.calibrate import load_market_params
-from serl_jax.market.params import FIRST_AGENT_OWNER
+from serl_jax.market.params import FIRST_AGENT_OWNER, load_market_params
 
 MARKET_YAML = Path(__file__).parents[1] / "configs" / "market" / "cn_1min.yaml"
 EPISODES = [0, 10, 20, 30]  # one test day of each of the 4 symbols

@@ -25,7 +25,7 @@ from serl_jax.envs.dynamic import DynamicEnvParams
 from serl_jax.envs.execution import EnvParams
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
-from serl_jax.market.calibrate import load_market_params
+from serl_jax.market.params import load_market_params
 
 N_SLOTS = 240
 MARKET_YAML = Path(__file__).parents[1] / "configs" / "market" / "cn_1min.yaml"

@@ -22,6 +22,18 @@ The refinement prompt (macro-micro refinement of the high-level DEK) starts with
 ``### Instruction <n> | shortfall <x> bps`` followed by a ``text`` block; the answer is
 the new instruction in a ``text`` block (:func:`parse_instruction`).
 
+The debug prompt (self-debugging, ``loop.repair_attempts``, :func:`debug_prompt`) is the
+rejected candidate's own prompt followed by its code and the validator's one-line
+error::
+
+    <the prompt the rejected candidate answered>
+    ## Your answer was rejected
+    ```python
+    <its code, after the repair pass>
+    ```
+    The validator rejected it at the <stage> stage: <reason>
+    <fix instruction and answer format>
+
 The score in the headers is the run's ``loop.score``, labelled ``shortfall`` or ``PA``
 (:data:`serl_jax.config.LOOP_SCORES`).
 
@@ -59,7 +71,9 @@ __all__ = [
     "DEFAULT_INSTRUCTION",
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
+    "REJECTED_HEADING",
     "compact_prompt",
+    "debug_prompt",
     "design_prompt",
     "parse_instruction",
     "refinement_prompt",
@@ -191,6 +205,41 @@ def compact_prompt(kind: str, code: str, instruction: str) -> str:
         f"{', '.join(sorted(ALLOWED_IMPORTS))}.\n\n"
         f"```python\n{code.rstrip()}\n```\n\n"
         f"Task: {instruction.strip()}\n{_ANSWER_FORMAT[kind]}\n"
+    )
+
+
+REJECTED_HEADING = "## Your answer was rejected"
+"""The heading that starts the self-debugging part of a debug prompt."""
+
+
+def debug_prompt(kind: str, prompt: str, code: str, stage: str, reason: str) -> str:
+    """The prompt that sends a rejected candidate back to the model with its validation
+    error, for it to fix (self-debugging, as in Eureka, Ma et al. 2023, and Reflexion,
+    Shinn et al. 2023).
+
+    Args:
+        kind: the slot (a key of :data:`llm.prompts.micro.MICRO_PROMPTS`).
+        prompt: the prompt the rejected candidate answered (the design prompt, or the
+            previous debug prompt's first part); it keeps the module line and contract.
+        code: the candidate's code after the repair pass ("" when no code block was
+            found).
+        stage: where it was rejected: ``parse`` (no code), ``static`` (stage 1) or
+            ``runtime`` (stage 2).
+        reason: the validator's one-line reason.
+
+    Returns:
+        The prompt text.
+
+    Raises:
+        KeyError: unknown ``kind``.
+    """
+    head = prompt.split(f"\n{REJECTED_HEADING}\n", 1)[0].rstrip()
+    shown = f"```python\n{code.rstrip()}\n```\n" if code.strip() else "(no ```python block)\n"
+    return (
+        f"{head}\n\n{REJECTED_HEADING}\n{shown}"
+        f"The validator rejected it at the {stage} stage: {' '.join(reason.split())}\n"
+        "Fix that error and keep the rest of the design. "
+        f"{_ANSWER_FORMAT[kind]}\n"
     )
 
 

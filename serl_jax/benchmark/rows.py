@@ -17,7 +17,9 @@ from typing import Any
 
 import jax
 
+from llm.validate import load_validated
 from serl_jax.benchmark.cells import SplitOrders
+from serl_jax.calibrate import calibrate, default_lobster, real_statistics, write_params
 from serl_jax.config import Config, saved_network_config
 from serl_jax.data import MarketSplits, load_minute_bars, split_days
 from serl_jax.data.episodes import HELDOUT
@@ -33,7 +35,6 @@ from serl_jax.experiment import (
     rollout_policy,
     train_policy,
 )
-from serl_jax.market.calibrate import calibrate, default_lobster, real_statistics, write_params
 from serl_jax.market.params import MarketParams
 from serl_jax.rl.checkpoint import load_policy, save_policy
 from serl_jax.rl.policy import make_ppo_policy
@@ -94,7 +95,7 @@ def baseline_orders(cfg: Config, splits: MarketSplits) -> dict[str, dict[str, Sp
 
 def calibrate_market(cfg: Config, spec: str, out: Path, log=print) -> Path:
     """Fits the dynamic market's background populations to a dataset's training days
-    (the training symbols', as ``python -m serl_jax.market.calibrate`` does with the
+    (the training symbols', as ``python -m serl_jax.calibrate`` does with the
     CLI's defaults: tick 0.01, 6 iterations, 8 days per symbol, the LOBSTER AMZN day)
     and writes them to ``out`` (YAML). Hybrid PPO of the benchmark trains with it.
 
@@ -213,7 +214,7 @@ def serl_orders(
         RuntimeError: the loop ended with an error (its message names the exit code; the
             run folder is kept and resumes on the next attempt).
     """
-    from serl_jax.train import run_serl
+    from serl_jax.training.serl import run_serl
 
     t0 = time.perf_counter()
     root = folder / "serl-run"
@@ -226,7 +227,7 @@ def serl_orders(
     report = json.loads((root / "report.json").read_text())
     best = report["best"]
     checkpoint = root / "candidates" / best["id"] / "checkpoint"
-    network, params, saved = load_policy(checkpoint)
+    network, params, saved = load_policy(checkpoint, define=load_validated)
     prior = saved_network_config(saved["config"]).prior()
     policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=prior)
     policies = {name: (policy, params)}

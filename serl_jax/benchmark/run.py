@@ -44,6 +44,7 @@ from serl_jax.benchmark.tables import (
 from serl_jax.config import Config, load_config
 from serl_jax.experiment import SAMPLE_PREFIX, load_splits
 from serl_jax.loop.dispatch import compilation_cache
+from serl_jax.training.serl import share_accelerator
 
 __all__ = ["Plan", "run_plan"]
 
@@ -168,6 +169,8 @@ def run_plan(plan: Plan, root: Path, *, verbose: bool = False) -> dict[str, Any]
     """
     t_start = time.perf_counter()
     learned = [r for r in plan.rows if r.kind != "baselines"]
+    if any(r.kind == "serl" for r in learned):
+        share_accelerator()  # the loop's workers share the GPU with this process
     loaded = {}
     for dataset in plan.datasets:  # bad settings or data fail here, before any folder
         for row in learned:
@@ -287,7 +290,7 @@ def _run_cell(
         if row.kind == "ppo":
             imagine_fn = None
             if cfg.imagine.program:
-                from serl_jax.train import imagination_program
+                from serl_jax.training.programs import imagination_program
 
                 imagine_fn = imagination_program(cfg)[1]
             return row_fns.ppo_orders(

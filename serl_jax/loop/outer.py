@@ -61,6 +61,7 @@ from llm.prompts import (
     MICRO_PROMPTS,
     REFINEMENT_TOKENS,
     compact_prompt,
+    debug_prompt,
     design_prompt,
     macro_prompt,
     parse_instruction,
@@ -458,26 +459,102 @@ class SERLLoop:
             self.log(f"[j={j}] {module}: {_throughput(self.backend, completions, t0)}")
             prompts.append((module, "design", prompt, completions, None))
             for completion in completions:
-                cand = Candidate(
-                    id=f"j{j}-c{idx}", iteration=j, idx=idx, module=module,
-                    instruction=instruction, completion=completion,
+                cand = self._candidate(
+                    j, idx, module, instruction, completion, incumbent,
                     parent_ids=[incumbent.id],
                 )  # fmt: skip
-                try:
-                    cand.code, cand.repairs = repair(extract_code(completion))
-                except ParseError as e:
-                    cand.status = "rejected"
-                    cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
-                    cand.error = f"no code: {e}"
-                    cand.score = self._failure_score("parse")
-                for kind in SLOTS:
-                    code = cand.code if module == kind else incumbent.slot_code(kind)
-                    setattr(cand, f"{kind}_code", code)
                 candidates.append((len(prompts) - 1, cand))
                 idx += 1
         self.store.add_proposals(j, prompts, candidates)
         for _, cand in candidates:
             self._report_candidate(cand)
+
+    def _candidate(
+        self,
+        j: int,
+        idx: int,
+        module: str,
+        instruction: str,
+        completion: str,
+        base: Candidate,
+        **fields: Any,
+    ) -> Candidate:
+        """A new candidate from a completion: its code extracted and repaired (rejected
+        at the parse stage when there is none), the other slots' code from ``base`` (the
+        incumbent, or the rejected candidate a retry answers for)."""
+        cand = Candidate(
+            id=f"j{j}-c{idx}", iteration=j, idx=idx, module=module, instruction=instruction,
+            completion=completion, **fields,
+        )  # fmt: skip
+        try:
+            cand.code, cand.repairs = repair(extract_code(completion))
+        except ParseError as e:
+            cand.status = "rejected"
+            cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
+            cand.error = f"no code: {e}"
+            cand.score = self._failure_score("parse")
+        for kind in SLOTS:
+            setattr(cand, f"{kind}_code", cand.code if module == kind else base.slot_code(kind))
+        return cand
+
+    def _debug(self, j: int, attempt: int) -> list[Candidate]:
+        """Self-debugging round ``attempt`` of iteration j (``loop.repair_attempts``):
+        each candidate of round ``attempt - 1`` rejected before training, and not yet
+        answered, goes back to the designer with its code and the validator's one-line
+        error (:func:`llm.prompts.debug_prompt`; one generate call per module). The
+        answers are recorded as new candidates (``retry_of``, ``attempt``) and returned.
+        A resumed run asks only for the retries it lacks."""
+        cands = self.store.candidates(j)
+        answered = {c.retry_of for c in cands if c.retry_of}
+        failed = [
+            c
+            for c in cands
+            if c.attempt == attempt - 1
+            and c.status == "rejected"
+            and c.id not in answered
+            and c.module in MICRO_PROMPTS
+        ]
+        if not failed:
+            return []
+        asked = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
+        idx = max(c.idx for c in cands) + 1
+        prompts: list[tuple[str, str, str, list[str], Any]] = []
+        retries: list[tuple[int, Candidate]] = []
+        for module in dict.fromkeys(c.module for c in failed):
+            group = [c for c in failed if c.module == module]
+            texts = [
+                debug_prompt(
+                    module,
+                    asked[c.prompt_id],
+                    c.code,
+                    c.validation["stage"],
+                    c.validation["reason"],
+                )  # fmt: skip
+                for c in group
+            ]
+            budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
+            t0 = time.perf_counter()
+            answers = self.backend.generate(
+                texts, n=1, temperature=self.loop.temperature, max_new_tokens=budget
+            )
+            completions = [a[0] for a in answers]
+            self.log(
+                f"[j={j}] self-debugging round {attempt}: {len(group)} rejected {module} "
+                f"candidate(s) sent back: {_throughput(self.backend, completions, t0)}"
+            )
+            for failed_cand, text, completion in zip(group, texts, completions, strict=True):
+                prompts.append((module, "debug", text, [completion], None))
+                cand = self._candidate(
+                    j, idx, module, failed_cand.instruction, completion, failed_cand,
+                    parent_ids=list(failed_cand.parent_ids), retry_of=failed_cand.id,
+                    attempt=attempt,
+                )  # fmt: skip
+                retries.append((len(prompts) - 1, cand))
+                idx += 1
+        self.store.add_proposals(j, prompts, retries)
+        for _, cand in retries:
+            self._report_candidate(cand)
+        return [cand for _, cand in retries]
 
     def _validate(self, pending: list[Candidate]) -> None:
         """Validates the designed slots of every pending candidate (both stages, in the
@@ -586,6 +663,9 @@ class SERLLoop:
             self._report_candidate(cand)
 
     def _report_candidate(self, cand: Candidate) -> None:
+        name = f"{cand.id} {cand.module}"
+        if cand.retry_of:
+            name += f" (round {cand.attempt}, retry of {cand.retry_of})"
         if cand.status == "evaluated":
             note = f" (= {cand.duplicate_of})" if cand.duplicate_of else ""
             paired = (cand.metrics or {}).get("vs_default")
@@ -597,19 +677,28 @@ class SERLLoop:
                 )
             t = cand.timing
             self.log(
-                f"  {cand.id} {cand.module}: {self.score_label} {cand.score:.2f} bps{note}"
+                f"  {name}: {self.score_label} {cand.score:.2f} bps{note}"
                 + (f" [{t['total']:.0f}s, compile {t['compile']:.0f}s" if "compile" in t else "")
                 + (f", 1/{t['batch']:.0f} of a batch" if "batch" in t else "")
                 + ("]" if "compile" in t else "")
             )
         elif cand.status in ("rejected", "crashed"):
-            self.log(f"  {cand.id} {cand.module}: {cand.status}: {cand.error[:160]}")
+            self.log(f"  {name}: {cand.status}: {cand.error[:160]}")
         elif cand.status == "proposed" and cand.repairs:
-            self.log(f"  {cand.id} {cand.module}: repaired: {'; '.join(cand.repairs)}")
+            self.log(f"  {name}: repaired: {'; '.join(cand.repairs)}")
 
     def _process(self, j: int, evaluator: ProgramEvaluator) -> None:
-        cands = self.store.candidates(j)
-        self._validate([c for c in cands if c.status == "proposed"])
+        """Validates iteration j's proposed candidates, sends the rejected ones back for
+        up to ``loop.repair_attempts`` self-debugging rounds (validating each round's
+        answers), then trains and scores every validated one."""
+
+        def proposed() -> list[Candidate]:
+            return [c for c in self.store.candidates(j) if c.status == "proposed"]
+
+        self._validate(proposed())
+        for attempt in range(1, self.loop.repair_attempts + 1 if j > 0 else 1):
+            self._debug(j, attempt)
+            self._validate(proposed())
         cands = self.store.candidates(j)
         self._evaluate([c for c in cands if c.status == "validated"], evaluator)
 

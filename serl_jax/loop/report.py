@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from llm.validate import load_validated
 from serl_jax.agents_experiment import evaluate_agents, make_agents_env
 from serl_jax.config import LOOP_SCORES, Config, saved_network_config
 from serl_jax.data import MarketSplits
@@ -35,13 +36,15 @@ from serl_jax.rl.checkpoint import load_agents_policy, load_policy
 from serl_jax.rl.marl import make_marl_policy
 from serl_jax.rl.policy import make_ppo_policy
 
-__all__ = ["write_report"]
+__all__ = ["self_debugging_counts", "write_report"]
 
 
 def _ppo_policy(cfg: Config, store: RunStore, cand: Candidate):
     """A candidate's policy, with the action prior it was trained with (a network program
     may declare its own anchor, saved in the checkpoint's config)."""
-    network, params, meta = load_policy(store.candidate_dir(cand.id) / "checkpoint")
+    network, params, meta = load_policy(
+        store.candidate_dir(cand.id) / "checkpoint", define=load_validated
+    )
     prior = saved_network_config(meta["config"]).prior()
     return make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=prior), params
 
@@ -67,6 +70,47 @@ def _candidate_md(cand: Candidate) -> str:
         if cand.slot_code(kind) and cand.module in (kind, "default"):
             code.append(f"{kind.title()}:\n```python\n{cand.slot_code(kind).rstrip()}\n```")
     return "\n\n".join([head, f"Instruction: {cand.instruction}", *code])
+
+
+def self_debugging_counts(cands: list[Candidate]) -> dict[str, dict[str, int]]:
+    """Per self-debugging round (``"1"``, ``"2"``, ...): ``sent``, the rejected
+    candidates sent back to the designer, and ``passed``, the retries that passed
+    validation (evaluated, crashed in training, or validated)."""
+    rounds: dict[str, dict[str, int]] = {}
+    for c in cands:
+        if c.attempt > 0:
+            entry = rounds.setdefault(str(c.attempt), {"sent": 0, "passed": 0})
+            entry["sent"] += 1
+            entry["passed"] += c.status in ("validated", "evaluated", "crashed")
+    return dict(sorted(rounds.items(), key=lambda kv: int(kv[0])))
+
+
+def _every_candidate_md(cands: list[Candidate]) -> list[str]:
+    """The candidates table: what each is, what the repair pass fixed, and why it failed;
+    then the code of each one rejected before training."""
+    lines = [
+        "## Every candidate",
+        "",
+        "| id | module | status | retry of | repaired | why it failed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in cands:
+        why = " ".join(c.error.split())[:200].replace("|", "\\|")
+        retry = f"{c.retry_of} (round {c.attempt})" if c.retry_of else ""
+        repaired = "; ".join(c.repairs).replace("|", "\\|")
+        lines.append(f"| {c.id} | {c.module} | {c.status} | {retry} | {repaired} | {why} |")
+    for c in cands:
+        if c.status == "rejected":
+            shown = c.code or c.completion
+            lines += [
+                "",
+                f"<details><summary>{c.id} ({c.module}): what the designer wrote</summary>",
+                "",
+                f"```{'python' if c.code else 'text'}\n{shown.rstrip()}\n```",
+                "",
+                "</details>",
+            ]
+    return lines
 
 
 def _best_vs_default(best: Candidate, best_rollout, default_rollout, side: float, days) -> dict:
@@ -167,7 +211,7 @@ def _agents_policy(cfg: Config, store: RunStore, cand: Candidate):
     """A multi-agent candidate's policy (:func:`serl_jax.rl.marl.make_marl_policy`) and
     parameters, with the action prior it was trained with."""
     network, communication, params, meta = load_agents_policy(
-        store.candidate_dir(cand.id) / "checkpoint"
+        store.candidate_dir(cand.id) / "checkpoint", define=load_validated
     )
     prior = saved_network_config(meta["config"]).prior()
     return make_marl_policy(network, cfg.ppo.normalize_obs, prior, communication), params
@@ -245,14 +289,18 @@ def write_report(
     test = _agents_test if cfg.marl.agents > 1 else _single_agent_test
     table, test_entry, best_vs_default = test(cfg, store, best, reference, splits)
 
+    cands = store.candidates()
     counts: dict[str, int] = {}
-    for c in store.candidates():
+    for c in cands:
         counts[c.status] = counts.get(c.status, 0) + 1
+    debugging = self_debugging_counts(cands)
     summary: dict[str, Any] = {
         "market": splits.name,
         "stopped": outcome.reason,
         "iterations": [vars(s) for s in outcome.iterations],
         "candidates": counts,
+        "repaired": sum(bool(c.repairs) for c in cands),
+        "self_debugging": debugging,
         "candidates_per_hour": outcome.candidates_per_hour,
         "compile_share": outcome.compile_share,
         "cache_hits": outcome.cache_hits,
@@ -280,6 +328,17 @@ def write_report(
         f"{outcome.compile_share:.0%} of candidate time compiling, "
         f"{outcome.cache_hits:.0f} compiled programs from the persistent cache.",
         "",
+        f"Repair pass: {summary['repaired']} candidate(s) repaired. Self-debugging "
+        f"(`loop.repair_attempts` = {cfg.loop.repair_attempts}): "
+        + (
+            "; ".join(
+                f"round {r}: {e['sent']} sent back, {e['passed']} passed validation"
+                for r, e in debugging.items()
+            )
+            or "no candidate sent back"
+        )
+        + ".",
+        "",
         f"Candidates are ranked by their mean validation {label} (`loop.score`).",
         "",
         f"| j | {label}_j (bps) | {label}_ema (bps) | best |",
@@ -299,6 +358,8 @@ def write_report(
         f"## Top {min(top, len(ranked))} candidates (validation {label})",
         "",
         *(_candidate_md(c) + "\n" for c in ranked[:top]),
+        *_every_candidate_md(cands),
+        "",
     ]
     (store.root / "report.md").write_text("\n".join(lines))
     store.set_meta("status", "finished")

@@ -89,6 +89,9 @@ class Candidate:
             ranking, bps (``loop.failure_score`` for a failed candidate).
         duplicate_of: id of an earlier candidate with the same program (not retrained).
         timing: seconds spent: ``validate``, ``compile``, ``train``, ``evaluate``.
+        retry_of: the rejected candidate this one answers a debug prompt for
+            (self-debugging, ``loop.repair_attempts``); None for a first sample.
+        attempt: the self-debugging round that produced it (0: a first sample).
     """
 
     id: str
@@ -114,6 +117,8 @@ class Candidate:
     score: float | None = None
     duplicate_of: str | None = None
     timing: dict[str, float] = field(default_factory=dict)
+    retry_of: str | None = None
+    attempt: int = 0
 
     def slot_code(self, kind: str) -> str:
         """The code of slot ``kind`` (``reward``, ``network``, ``imagination``,

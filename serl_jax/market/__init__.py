@@ -1,1 +1,3 @@
-"""Dynamic multi-agent limit-order-book market simulator and its calibration."""
+"""Dynamic multi-agent limit-order-book market simulator and the statistics its
+calibration matches (the calibration CLI, which drives the envs, is
+:mod:`serl_jax.calibrate`)."""

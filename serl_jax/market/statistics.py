@@ -79,6 +79,7 @@ __all__ = [
     "comparison_table",
     "lobster_statistics",
     "minute_bar_statistics",
+    "pooled_comparison_table",
     "simulated_statistics",
     "transfer_depth",
     "transfer_flow_impact",
@@ -875,4 +876,49 @@ def comparison_table(real, simulated) -> str:
         ):
             dist = float(np.abs(real_p.loc[sym].to_numpy() - sim_p.loc[sym].to_numpy()).sum())
             lines.append(f"{sym:<10}{'volume_profile_L1':<{width}}{'':>12}{_fmt(dist):>12}")
+    return "\n".join(lines)
+
+
+def pooled_comparison_table(real, simulated) -> str:
+    """The comparison of :func:`comparison_table` pooled over symbols: one line per
+    statistic, however many symbols there are (the per-symbol table is the verbose one).
+
+    Each line gives the median over symbols of the real and of the simulated value and
+    the geometric mean over symbols of ``sim / real``, ``exp(mean_s log(sim_s / real_s))``
+    (the pooled log-ratio the calibration's updates use), over the symbols where both
+    values are finite and positive; ``n`` counts them.
+
+    Args:
+        real: :class:`MarketStatistics` (or its ``table``) from real data.
+        simulated: :class:`MarketStatistics` (or its ``table``) from simulation.
+
+    Returns:
+        The table as a multi-line string (no trailing newline).
+
+    Raises:
+        ValueError: an argument is neither a MarketStatistics nor a DataFrame, or both
+            tables are empty.
+    """
+    real_t, _ = _as_table("real", real)
+    sim_t, _ = _as_table("simulated", simulated)
+    symbols = sorted(set(map(str, real_t.index)) | set(map(str, sim_t.index)))
+    if not symbols:
+        raise ValueError("real, simulated: both tables are empty")
+    real_t, sim_t = real_t.set_axis(real_t.index.map(str)), sim_t.set_axis(sim_t.index.map(str))
+    columns = [c for c in COMPARISON_COLUMNS if c in real_t.columns or c in sim_t.columns]
+    width = max(len(c) for c in columns) + 2
+    header = f"{'statistic':<{width}}{'real median':>14}{'sim median':>14}{'sim/real':>10}{'n':>6}"
+    lines = [f"{len(symbols)} symbol(s), pooled (--verbose: per symbol)", header]
+    lines.append("-" * len(header))
+    for col in columns:
+        r = real_t[col].reindex(symbols) if col in real_t else pd.Series(np.nan, symbols)
+        s = sim_t[col].reindex(symbols) if col in sim_t else pd.Series(np.nan, symbols)
+        r, s = r.to_numpy(float), s.to_numpy(float)
+        both = np.isfinite(r) & np.isfinite(s) & (r > 0) & (s > 0)
+        ratio = float(np.exp(np.mean(np.log(s[both] / r[both])))) if both.any() else math.nan
+        med = [float(np.nanmedian(x)) if np.isfinite(x).any() else math.nan for x in (r, s)]
+        lines.append(
+            f"{col:<{width}}{_fmt(med[0]):>14}{_fmt(med[1]):>14}{_fmt(ratio):>10}"
+            f"{int(both.sum()):>6}"
+        )
     return "\n".join(lines)

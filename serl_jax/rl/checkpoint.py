@@ -9,6 +9,7 @@ the network and the environment settings it was trained with.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,18 +65,33 @@ def _checkpoint_files(directory: str | Path) -> tuple[Path, Path]:
     return meta_path, params_path
 
 
-def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, Any]]:
+DefineFn = Callable[[str, str], Any]
+"""Defines designed code of a kind (``"network"``, ``"communication"``) and returns the
+module, raising ``ValueError`` or ``TypeError`` for code it refuses: the validator's
+:func:`llm.validate.load_validated`, passed in by the loop and the CLIs, so that this
+module (below the SE-RL layer) never imports ``llm``."""
+
+
+def load_policy(
+    directory: str | Path, define: DefineFn | None = None
+) -> tuple[Any, PPOPolicyParams, dict[str, Any]]:
     """Reads a checkpoint written by :func:`save_policy`.
 
+    Args:
+        directory: the checkpoint folder.
+        define: how to define an SE-RL candidate's ``network_code``
+            (:func:`llm.validate.load_validated`: that code passed both validation
+            stages in its run and stage 1 checks it again); None for checkpoints of the
+            config's own network.
+
     Returns:
-        ``(network, policy_params, meta)``: the flax module rebuilt from the saved
-        network config (or, for an SE-RL candidate, from the ``network_code`` in the
-        metadata, defined through :func:`llm.validate.load_validated`: that code passed
-        both validation stages in its run and is checked by stage 1 again here), the
-        restored parameters, and the metadata dict.
+        ``(network, policy_params, meta)``: the flax module (rebuilt from the saved
+        network config, or defined from the metadata's ``network_code``), the restored
+        parameters, and the metadata dict.
 
     Raises:
-        CheckpointError: the folder or one of its files is missing or unreadable.
+        CheckpointError: the folder or one of its files is missing or unreadable, the
+            code is refused, or the checkpoint holds code and ``define`` is None.
     """
     meta_path, params_path = _checkpoint_files(directory)
     try:
@@ -85,11 +101,14 @@ def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, 
     except (ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{meta_path}: unreadable metadata ({err})") from None
     if meta.get("network_code"):
-        from llm.validate import StaticError, load_validated
-
+        if define is None:
+            raise CheckpointError(
+                f"{meta_path}: holds a designed network_code; load it with "
+                "define=llm.validate.load_validated"
+            )
         try:
-            network = load_validated(meta["network_code"], "network")
-        except (StaticError, TypeError) as err:
+            network = define(meta["network_code"], "network")
+        except (ValueError, TypeError) as err:
             raise CheckpointError(f"{meta_path}: network_code refused ({err})") from None
     else:
         network = make_network(
@@ -108,10 +127,13 @@ def load_policy(directory: str | Path) -> tuple[Any, PPOPolicyParams, dict[str, 
     return network, restored, meta
 
 
-def load_agents_policy(directory: str | Path) -> tuple[Any, Any, PPOPolicyParams, dict[str, Any]]:
+def load_agents_policy(
+    directory: str | Path, define: DefineFn
+) -> tuple[Any, Any, PPOPolicyParams, dict[str, Any]]:
     """Reads the checkpoint of N agents trained by :func:`serl_jax.rl.marl.make_marl_trainer`
     (an SE-RL multi-agent candidate's: its metadata holds the validated ``network_code``
-    and ``communication_code``, defined again through :func:`llm.validate.load_validated`).
+    and ``communication_code``, defined again through ``define``, the validator's
+    :func:`llm.validate.load_validated`).
 
     Returns:
         ``(network, communication, policy_params, meta)``: the shared network, the
@@ -123,14 +145,12 @@ def load_agents_policy(directory: str | Path) -> tuple[Any, Any, PPOPolicyParams
         CheckpointError: the folder or a file is missing or unreadable, or a code refused.
     """
     meta_path, params_path = _checkpoint_files(directory)
-    from llm.validate import StaticError, load_validated
-
     try:
         meta = json.loads(meta_path.read_text())
-        network = load_validated(meta["network_code"], "network")
+        network = define(meta["network_code"], "network")
         comm_code = meta.get("communication_code", "")
-        communication = load_validated(comm_code, "communication") if comm_code else None
-    except (ValueError, KeyError, TypeError, StaticError) as err:
+        communication = define(comm_code, "communication") if comm_code else None
+    except (ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{meta_path}: unreadable metadata or refused code ({err})") from None
     try:
         raw = serialization.msgpack_restore(params_path.read_bytes())

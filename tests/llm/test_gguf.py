@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import serl_jax.training.serl
 from llm.backends import BackendError
 from llm.backends.hf import HFBackend
 from serl_jax import train
@@ -103,7 +104,7 @@ def test_one_iteration_with_lora_on_the_real_model(tmp_path, monkeypatch):
     # Built through the CLI's make_backend; the test keeps a handle on the backend and a
     # copy of its weights as loaded, to compare them after the LoRA update.
     built, base_before = [], {}
-    real_make = train.make_backend
+    real_make = serl_jax.training.serl.make_backend
 
     def keep(spec, **options):
         backend = real_make(spec, **options)
@@ -111,7 +112,7 @@ def test_one_iteration_with_lora_on_the_real_model(tmp_path, monkeypatch):
         base_before.update({k: v.clone() for k, v in backend.model.state_dict().items()})
         return backend
 
-    monkeypatch.setattr(train, "make_backend", keep)
+    monkeypatch.setattr(serl_jax.training.serl, "make_backend", keep)
     # The compact prompts (loop.prompt_style, meant for small models like this one) are
     # about 500 tokens against the full prompts' 2,300-2,500, and 64 new tokens are enough
     # for the model's text to be judged: generation and the LoRA update's forward and
@@ -125,6 +126,7 @@ def test_one_iteration_with_lora_on_the_real_model(tmp_path, monkeypatch):
         "--llm", f"hf:{GGUF}", "--dek", "low", "--iterations", "1", "--candidates", "2",
         "loop.min_iterations=1", "loop.prompt_style=compact", "loop.max_new_tokens=64",
         "loop.temperature=1.0", "eval.n_bootstrap=50",
+        "loop.repair_attempts=0",  # CI's time; self-debugging: tests/loop/test_loop.py
     ]  # fmt: skip
     assert train.main(args) == 0
     (run_dir,) = list(tmp_path.iterdir())

@@ -272,7 +272,7 @@ def test_auto_device_threads_and_token_counts(model_dirs):
 
 def test_the_run_config_sets_the_hf_designers_device_dtype_and_threads():
     from serl_jax.config import ConfigError, load_config
-    from serl_jax.train import backend_options
+    from serl_jax.training.serl import backend_options
 
     cfg = load_config(None, ["loop.llm=hf:qwen2.5-coder-1.5b", "loop.hf_threads=1"])
     assert backend_options(cfg, 0) == {"device": "auto", "dtype": "bfloat16", "threads": 1}

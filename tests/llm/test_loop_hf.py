@@ -29,7 +29,7 @@ def hf_run(tiny_lm_dir, tmp_path_factory):
         "--config", TINY, "--out", str(out), "--quiet", "--data", "sample:us_1min",
         "--llm", f"hf:{tiny_lm_dir}", "--dek", "low", "--iterations", "2", "--candidates", "2",
         "loop.max_new_tokens=24", "loop.min_iterations=2", "eval.n_bootstrap=50",
-        "dek.lr=0.01",
+        "dek.lr=0.01", "loop.repair_attempts=0",  # self-debugging: tests/loop/test_loop.py
     ]  # fmt: skip
     real = SERLLoop._low_level_update
     calls = []

@@ -291,3 +291,25 @@ def test_macro_prompt_describes_several_agents_only_when_there_are():
     )
     with pytest.raises(ValueError, match="agents must be >= 1, got 0"):
         macro_prompt(54, 5, 10, agents=0)
+
+
+def test_the_debug_prompt_returns_the_error_after_the_original_prompt():
+    """Self-debugging: the answered prompt, the rejected code, the one-line error and the
+    answer format; a second round keeps the original prompt once, not the first round's
+    rejected code."""
+    from llm.prompts import REJECTED_HEADING, debug_prompt
+
+    original = "MODULE: LLM4Reward\n\nWrite a reward.\nAnswer with code.\n"
+    first = debug_prompt("reward", original, "import os\n", "static", "import of 'os'\n  no")
+    assert first == (
+        "MODULE: LLM4Reward\n\nWrite a reward.\nAnswer with code.\n\n"
+        f"{REJECTED_HEADING}\n```python\nimport os\n```\n"
+        "The validator rejected it at the static stage: import of 'os' no\n"
+        "Fix that error and keep the rest of the design. Answer with one ```python block "
+        "holding the complete code (imports and `def reward`).\n"
+    )
+    second = debug_prompt("reward", first, "", "parse", "no ```python block found")
+    assert second.count(REJECTED_HEADING) == 1 and "import os" not in second
+    assert second.startswith(original.rstrip() + "\n\n" + REJECTED_HEADING + "\n(no ```python")
+    with pytest.raises(KeyError):
+        debug_prompt("nope", original, "", "parse", "x")

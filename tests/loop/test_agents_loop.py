@@ -67,6 +67,8 @@ def agents_run(tmp_path_factory):
         # one seed, 8 validation and 12 test days (of 32 and 40): shorter rollouts; the
         # eight compiled programs (three trainers, five rollouts) are most of the time
         "run.num_seeds=1", "data.train=0.9", "data.val=0.05",
+        # the rejected profile is not sent back (self-debugging: tests/loop/test_loop.py)
+        "loop.repair_attempts=0",
     ]  # fmt: skip
     assert train.main(args) == 0
     (run_dir,) = list((tmp / "runs").iterdir())

@@ -53,7 +53,8 @@ def imagination_run(tmp_path_factory):
         "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
         "--llm", f"scripted:{script}", "--iterations", "1", "--candidates", "2",
         "--modules", "imagination", "loop.min_iterations=1", "eval.n_bootstrap=100",
-        "loop.train_budget_s=0",
+        # the rejected program is not sent back (self-debugging: tests/loop/test_loop.py)
+        "loop.train_budget_s=0", "loop.repair_attempts=0",
     ]  # fmt: skip
     assert train.main(args) == 0
     (run_dir,) = list((tmp / "runs").iterdir())

@@ -4,6 +4,10 @@ at the tiny preset, killed during iteration 1 and resumed through the CLI.
 The script answers each reward prompt with a valid reward and a non-answer, and each
 network prompt with a valid network and a hostile one (``import os``); the refinement
 prompt (iteration 3 at ``refine_every=2``, so not reached here) is scripted anyway.
+Self-debugging (``loop.repair_attempts``, 2 by default) sends the two rejected
+candidates back: in round 1 the non-answer comes back as ``import os`` (rejected again)
+and the hostile network as the valid one; in round 2 the twice-rejected reward comes back
+as the valid reward. Both fixed programs equal earlier candidates, so nothing more trains.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from llm.backends import ScriptedBackend
-from llm.prompts import DEFAULT_CODE
+from llm.prompts import DEFAULT_CODE, REJECTED_HEADING
 from llm.validate import Limits, SandboxError
 from serl_jax import evaluate, train
 from serl_jax.config import load_config
@@ -40,6 +44,12 @@ def resumed_run(tmp_path_factory):
         json.dumps(
             {
                 "completions": {
+                    # first key: every debug prompt also holds its module's line
+                    REJECTED_HEADING: [
+                        "```python\nimport os\n```",
+                        _fence(PROGRAMS / "ok_small_mlp_network.txt"),
+                        _fence(PROGRAMS / "ok_reward_terms.txt"),
+                    ],
                     "LLM4Reward": [_fence(PROGRAMS / "ok_reward_terms.txt"), "I cannot help."],
                     "LLM4Agent": [
                         _fence(PROGRAMS / "ok_small_mlp_network.txt"),
@@ -86,7 +96,7 @@ def test_kill_left_a_resumable_record(resumed_run):
     _, calls, before = resumed_run
     # j0 and one candidate of j1 were trained; the third program was killed.
     assert before["j0-default"] == "evaluated"
-    assert sorted(before) == ["j0-default", "j1-c0", "j1-c1", "j1-c2", "j1-c3"]
+    assert sorted(before) == ["j0-default", *(f"j1-c{i}" for i in range(7))]
     assert calls[2] in before and before[calls[2]] == "validated"
 
 
@@ -94,16 +104,20 @@ def test_resume_finishes_without_duplicating_anything(resumed_run):
     run_dir, calls, _ = resumed_run
     store = RunStore.open(run_dir)
     cands = store.candidates()
-    assert len(cands) == 1 + 2 * 4
+    assert len(cands) == 1 + 2 * (4 + 3)  # 4 designs and 3 retries per iteration
     assert len({c.id for c in cands}) == len(cands)
     # Every program trained exactly once (the killed call never started training).
     completed = calls[:2] + calls[3:]
     assert Counter(completed).most_common(1)[0][1] == 1
     trained = {c.id for c in cands if c.status in ("evaluated", "crashed") and not c.duplicate_of}
     assert set(completed) == trained
-    # One design prompt per module per iteration: nothing was generated twice.
+    # One design prompt per module and one debug prompt per retry in each iteration:
+    # nothing was generated twice.
     for j in (1, 2):
-        assert [p["module"] for p in store.prompts(j)] == ["reward", "network"]
+        assert [(p["module"], p["purpose"]) for p in store.prompts(j)] == [
+            ("reward", "design"), ("network", "design"),
+            ("reward", "debug"), ("network", "debug"), ("reward", "debug"),
+        ]  # fmt: skip
     assert [s.iteration for s in store.iterations()] == [0, 1, 2]
     assert store.meta("status") == "finished"
 
@@ -120,6 +134,19 @@ def test_statuses_and_errors(resumed_run):
         # loop.failure_score (-100) less loop.failure_stage_step (10) per stage not reached
         assert by_id[f"j{j}-c1"].score == -130.0  # parse
         assert by_id[f"j{j}-c3"].score == -120.0  # static
+    for j in (1, 2):  # self-debugging: what came back, and what it became
+        retries = [(c.retry_of, c.attempt, c.status, c.duplicate_of) for c in
+                   (by_id[f"j{j}-c{i}"] for i in (4, 5, 6))]  # fmt: skip
+        # a fixed program equals an earlier one: the first candidate that trained it
+        first = {i: by_id[f"j{j}-c{i}"].duplicate_of or f"j{j}-c{i}" for i in (0, 2)}
+        assert retries == [
+            (f"j{j}-c1", 1, "rejected", None),
+            (f"j{j}-c3", 1, "evaluated", first[2]),
+            (f"j{j}-c4", 2, "evaluated", first[0]),
+        ]
+        assert by_id[f"j{j}-c4"].validation["stage"] == "static"
+        assert by_id[f"j{j}-c4"].score == -120.0
+        assert by_id[f"j{j}-c6"].score == by_id[f"j{j}-c0"].score
     assert by_id["j1-c0"].status == "evaluated"
     stats = by_id["j1-c0"].reward_term_stats
     assert set(stats) == {"concentration", "pa", "terminal", "total", "history"}
@@ -138,6 +165,23 @@ def test_errors_and_reflection_are_fed_back(resumed_run):
         assert re.search(r"### Candidate j0-default \| shortfall -[\d.]+ bps \| PA -[\d.]+", text)
     first = store.prompts(1)[0]["prompt"]
     assert "## Feedback" in first and "j0-default (default): PA" in first
+    # self-debugging: the rejected answer and its one-line error, after its own prompt
+    reward, network, debug_parse, debug_static, debug_twice = store.prompts(1)
+    assert debug_parse["prompt"].startswith(reward["prompt"].rstrip())
+    assert debug_static["prompt"].startswith(network["prompt"].rstrip())
+    assert (
+        "(no ```python block)\nThe validator rejected it at the parse stage"
+        in (debug_parse["prompt"])
+    )
+    assert (
+        "```python\nimport os\n```\nThe validator rejected it at the static stage"
+        in (debug_static["prompt"])
+    )
+    assert "import of 'os' is not allowed" in debug_static["prompt"]
+    # round 2 answers the round-1 retry: its own prompt once, then the new error
+    assert debug_twice["prompt"].startswith(reward["prompt"].rstrip())
+    assert debug_twice["prompt"].count(REJECTED_HEADING) == 1
+    assert "rejected it at the static stage" in debug_twice["prompt"]
 
 
 def test_best_candidate_is_reported_and_checkpointed(resumed_run):
@@ -200,6 +244,12 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
     expected = test_pa[f"SE-RL {best.id}"]["PA"]["value"] - test_pa["PPO default"]["PA"]["value"]
     assert test_pair["pa"]["value"] == pytest.approx(expected, abs=1e-9)
     assert "minus the default PPO on the same orders" in md
+    assert report["self_debugging"] == {
+        "1": {"sent": 4, "passed": 2},
+        "2": {"sent": 2, "passed": 2},
+    }
+    assert "round 1: 4 sent back, 2 passed validation; round 2: 2 sent back, 2 passed" in md
+    assert "| j1-c4 | reward | rejected | j1-c1 (round 1) |  | rejected at the static" in md
 
 
 def test_paired_with_reference_by_hand():

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serl_jax.market.calibrate import fit_error, main, update_params
+from serl_jax.calibrate import fit_error, main, update_params
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.market.statistics import STAT_COLUMNS, MarketStatistics
 
@@ -83,10 +83,11 @@ def test_cli_writes_the_best_fit_it_simulated(tmp_path, capsys):
     ]
     assert len(errors) == 2
     assert f"(fit error {min(errors):.3f})" in printed
+    assert "symbol(s), pooled (--verbose: per symbol)" in printed  # one line per statistic
     market = load_market_params(out)
     assert market.tick_size == 0.01
     text = out.read_text()
-    assert text.startswith("# Calibrated with: python -m serl_jax.market.calibrate --data")
+    assert text.startswith("# Calibrated with: python -m serl_jax.calibrate --data")
     assert "flow_impact_per_sigma" in text and "minute_volatility_bps" in text
     assert np.isfinite(market.flow_impact_bps)
 

@@ -19,6 +19,7 @@ from serl_jax.market.statistics import (
     comparison_table,
     lobster_statistics,
     minute_bar_statistics,
+    pooled_comparison_table,
     simulated_statistics,
     transfer_depth,
     transfer_flow_impact,
@@ -501,3 +502,26 @@ def test_comparison_table_shows_real_sim_and_ratio():
     assert b_line.split()[2:] == ["-", "1", "-"]
     with pytest.raises(ValueError, match="real must be a MarketStatistics"):
         comparison_table("nope", sim)
+
+
+def test_the_pooled_comparison_has_one_line_per_statistic():
+    """Medians over symbols and the geometric mean of sim / real, by hand: spread real
+    (2, 8), sim (4, 4): medians 5 and 4, ratios 2 and 0.5, geometric mean 1; volume real
+    (10, 40), sim (20, 80): ratio 2 on both; a symbol without a real figure is left out
+    of the ratio and its count."""
+    index = pd.Index(["A", "B", "C"], name="symbol")
+    real = pd.DataFrame(
+        {"spread_ticks": [2.0, 8.0, np.nan], "volume_per_minute": [10.0, 40.0, 30.0]}, index
+    )
+    sim = pd.DataFrame(
+        {"spread_ticks": [4.0, 4.0, 6.0], "volume_per_minute": [20.0, 80.0, 60.0]}, index
+    )
+    lines = pooled_comparison_table(real, sim).splitlines()
+    assert lines[0].startswith("3 symbol(s), pooled")
+    spread_line = next(s for s in lines if s.startswith("spread_ticks"))
+    assert spread_line.split()[1:] == ["5", "4", "1", "2"]
+    volume_line = next(s for s in lines if s.startswith("volume_per_minute"))
+    assert volume_line.split()[1:] == ["30", "60", "2", "3"]
+    assert len(lines) == 3 + 2  # title, header, rule, one line per statistic present
+    many = pd.DataFrame({"spread_ticks": np.arange(1.0, 101.0)}, pd.Index(range(100)))
+    assert len(pooled_comparison_table(many, many).splitlines()) == 4

@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from serl_jax.calibrate import simulate_days
 from serl_jax.lob.book import SELL, market_order
 from serl_jax.market.agents import messages, round_view
-from serl_jax.market.calibrate import load_market_params, simulate_days
-from serl_jax.market.params import FIRST_AGENT_OWNER
+from serl_jax.market.params import FIRST_AGENT_OWNER, load_market_params
 from serl_jax.market.simulator import last_trade_price, reset_market, run_minute
 
 MARKET_YAML = Path(__file__).parents[2] / "configs" / "market" / "cn_1min.yaml"

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m serl_jax.market.calibrate --data sample:cn_1min --out configs/market/cn_1min.yaml
-    python -m serl_jax.market.calibrate --data PATH [--lobster MESSAGE ORDERBOOK]
+    python -m serl_jax.calibrate --data sample:cn_1min --out configs/market/cn_1min.yaml
+    python -m serl_jax.calibrate --data PATH [--lobster MESSAGE ORDERBOOK]
         [--tick-size 0.01] [--iterations 6] [--days 8] [--start FILE] [--seed 0]
 
 Targets (training days only, :mod:`serl_jax.market.statistics`): quoted spread (Roll's
@@ -70,6 +70,7 @@ from serl_jax.market.statistics import (
     comparison_table,
     lobster_statistics,
     minute_bar_statistics,
+    pooled_comparison_table,
     simulated_statistics,
     transfer_depth,
     transfer_flow_impact,
@@ -307,7 +308,7 @@ def _resolve(spec: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 for bad input, one ``error:`` line)."""
     parser = argparse.ArgumentParser(
-        prog="python -m serl_jax.market.calibrate", description=__doc__.split("\n")[0]
+        prog="python -m serl_jax.calibrate", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--data", required=True, help="minute bars: a path or sample:<name>")
     parser.add_argument(
@@ -332,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         help="days with fewer than 100 bars: an error (default) or dropped and reported",
     )
     parser.add_argument("--out", help="write the fitted parameters here (YAML)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="the comparison per symbol (default: pooled)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.iterations < 0 or args.days < 0:
@@ -349,10 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     market, sim = calibrate(
         splits, real, start, args.iterations, jax.random.PRNGKey(args.seed), args.days or None
     )
-    print(comparison_table(real, sim))
+    print(comparison_table(real, sim) if args.verbose else pooled_comparison_table(real, sim))
     print(real.describe_sources())
     if args.out:
-        command = "python -m serl_jax.market.calibrate " + " ".join(
+        command = "python -m serl_jax.calibrate " + " ".join(
             argv if argv is not None else sys.argv[1:]
         )
         write_params(Path(args.out), market, real, sim, command)
