@@ -39,11 +39,15 @@ The score in the headers is the run's ``loop.score``, labelled ``shortfall`` or 
 
 The compact prompt (``loop.prompt_style = "compact"``, :func:`compact_prompt`) is for
 small models, which lose their way in the full prompt's ~2,300 tokens: the module line,
-the entry point's signature in one line, the allowed imports, one program to edit (the
-best past candidate of the module, else the default) and one edit instruction::
+the entry point's signature in one line, its inputs, the rules every program follows
+(:data:`llm.prompts.micro.CODE_RULES`: allowed imports, no Python control flow on traced
+values, no invented inputs), one program to edit (the best past candidate of the module,
+else the default) and one edit instruction::
 
     MODULE: LLM4Reward
-    <one-line task, the signature, the allowed imports>
+    <one-line task, the signature>
+    Inputs: <the inputs, their shapes, the fields it may read>
+    <the rules>
     ```python
     <the code to edit>
     ```
@@ -58,12 +62,12 @@ from collections.abc import Sequence
 
 from llm.dek.high_level import BufferEntry
 from llm.prompts.micro import (
+    CODE_RULES,
     MICRO_PROMPTS,
     communication_contract,
     imagination_contract,
     profiling_contract,
 )
-from llm.validate.static import ALLOWED_IMPORTS
 from serl_jax.config import ImagineConfig, MarlConfig
 
 __all__ = [
@@ -166,6 +170,7 @@ def design_prompt(
         macro.rstrip(),
         f"MODULE: {micro.module}",
         contract,
+        CODE_RULES,
         f"{micro.default_label}:\n```python\n{micro.default_code.rstrip()}\n```",
     ]
     if examples:
@@ -201,8 +206,8 @@ def compact_prompt(kind: str, code: str, instruction: str) -> str:
     return (
         f"MODULE: {micro.module}\n\n"
         "You write Python code with JAX for an agent that sells or buys a large order in "
-        f"small pieces over a trading day. {micro.signature} Allowed imports: "
-        f"{', '.join(sorted(ALLOWED_IMPORTS))}.\n\n"
+        f"small pieces over a trading day. {micro.signature}\nInputs: {micro.inputs}\n\n"
+        f"{CODE_RULES}\n\n"
         f"```python\n{code.rstrip()}\n```\n\n"
         f"Task: {instruction.strip()}\n{_ANSWER_FORMAT[kind]}\n"
     )

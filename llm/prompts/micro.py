@@ -15,17 +15,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm.prompts.defaults import DEFAULT_CODE
+from llm.prompts.macro import field_docs
+from llm.validate.static import ALLOWED_IMPORTS
 from serl_jax.components.communication import MAX_MESSAGE_SIZE
 from serl_jax.config import ImagineConfig, MarlConfig, NetworkConfig
-from serl_jax.envs.execution import NUM_PRIVATE_FEATURES
+from serl_jax.envs.execution import NUM_PRIVATE_FEATURES, EnvState
 
 __all__ = [
+    "CODE_RULES",
     "MICRO_PROMPTS",
     "MicroPrompt",
     "communication_contract",
     "imagination_contract",
     "profiling_contract",
 ]
+
+
+CODE_RULES = f"""\
+Rules (the validator rejects code that breaks one):
+- Imports: only {", ".join(sorted(ALLOWED_IMPORTS))}; write `import jax.numpy as jnp`,
+  never `import jnp`.
+- The inputs are traced JAX values: no Python `if`, `while`, `and`, `or`, `bool()` or
+  `float()` on them; use `jnp.where(cond, a, b)`, `jnp.minimum`, `jnp.maximum`,
+  `jnp.clip`.
+- Read only the inputs and fields named here. `params` holds none of your own settings
+  (no `params["weight"]`, no new attribute): write your constants as numbers in the code.
+- Answer with the complete program, imports included, in one ```python block."""
+"""What every generated program must respect, stated in every design prompt (full and
+compact): the validator's import allow-list, no Python control flow on traced values,
+no invented inputs. They name the failures recorded for Qwen2.5-Coder-1.5B as a
+designer (``import jnp``, an invented ``params`` key, a Python ``if`` on a traced value)."""
+
+
+def _names(cls: type, skip: tuple[str, ...] = ()) -> str:
+    """The field names of an env dataclass, but ``skip``, comma-separated."""
+    return ", ".join(name for name in field_docs(cls) if name not in skip)
 
 
 @dataclass(frozen=True)
@@ -47,7 +71,10 @@ class MicroPrompt:
             small model that does not stop wastes little time.
         default_label: how the prompt introduces ``default_code``.
         signature: the entry point and what it returns, one line (the compact prompt's
-            whole contract, :func:`llm.prompts.compact_prompt`).
+            contract with ``inputs`` and :data:`CODE_RULES`,
+            :func:`llm.prompts.compact_prompt`).
+        inputs: the entry point's inputs, their shapes and the fields it may read, in a
+            few lines (the full prompt states them in its contract and macro prompt).
     """
 
     module: str
@@ -56,6 +83,7 @@ class MicroPrompt:
     default_code: str
     max_new_tokens: int
     signature: str
+    inputs: str
     default_label: str = "Current default implementation"
 
 
@@ -80,6 +108,11 @@ Write a reward function for the reward slot:
     max_new_tokens=640,
     signature="`def reward(prev_state, action, next_state, params)` returns the reward of one "
     "step of a parent order: a float32 scalar, or a dict of named float32 scalars.",
+    inputs="`prev_state`, `next_state`: the episode's state before and after the step, "
+    f"scalar fields {_names(EnvState, ('episode', 'start', 'last_replayed_price'))}; "
+    "`action`: float32 scalar in [0, 1], the fraction of the inventory sent; `params`: "
+    "fields side (+1 sell, -1 buy), reward_scale, urgency, half_spread_bps, "
+    "impact_eta_bps, concentration_penalty, terminal_penalty_bps.",
 )
 
 LLM4AGENT = MicroPrompt(
@@ -115,6 +148,8 @@ Write the policy/value network for the network slot, a flax.linen module:
     max_new_tokens=640,
     signature="`class Network(nn.Module)` (flax.linen): `__call__(self, obs)` with obs float32 "
     "[..., D] returns (policy_outputs float32 [..., 2], value float32 [...]).",
+    inputs="`obs`: float32 [..., D], the normalized observation (any leading axes): "
+    f"{NUM_PRIVATE_FEATURES} private features, then the market features over the lookback.",
 )
 
 
@@ -157,6 +192,10 @@ LLM4IMAGINE = MicroPrompt(
     max_new_tokens=512,
     signature="`def imagine(key, price, volume, params)` turns a real day (price, volume: "
     "float32 [T]) into a new one: returns (price [T], volume [T]), float32.",
+    inputs="`key`: a JAX PRNG key (use `jax.random`); `price`: float32 [T] minute closes "
+    "(> 0); `volume`: float32 [T] minute volumes (>= 0); `params`: fields "
+    "realized_volatility, volume_profile (float32 [T]), day_volume, mean_minute_volume, "
+    "tick_size, n_slots (T, a Python int).",
     default_label="An example (by default training uses real days only)",
 )
 
@@ -268,6 +307,9 @@ LLM4PROFILING = MicroPrompt(
     signature="`def profile(key, agent_index, n_agents, params)` returns one agent's parent "
     "order: a dict of float32 side (+1 sell, -1 buy), float32 quantity (> 0, Q multiplier), "
     "int32 start and window_len (minutes, inside the day) and float32 urgency (>= 0).",
+    inputs="`key`: the episode's JAX PRNG key; `agent_index`: int32 scalar, traced; "
+    "`n_agents`: a Python int; `params`: fields side, quantity_low, quantity_high, "
+    "min_window_len, data.num_slots (T).",
 )
 
 LLM4COMMUNICATION = MicroPrompt(
@@ -280,6 +322,8 @@ LLM4COMMUNICATION = MicroPrompt(
     signature="`class Communication(nn.Module)` (flax.linen): `__call__(self, obs)` with obs "
     f"float32 [..., D] returns the agent's message, float32 [..., M], 1 <= M <= "
     f"{MAX_MESSAGE_SIZE}.",
+    inputs="`obs`: float32 [..., D], the sending agent's normalized observation (any "
+    f"leading axes): {NUM_PRIVATE_FEATURES} private features, then the market features.",
 )
 
 MICRO_PROMPTS: dict[str, MicroPrompt] = {

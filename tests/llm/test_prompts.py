@@ -24,7 +24,9 @@ from llm.prompts import (
     parse_instruction,
     refinement_prompt,
 )
+from llm.prompts.micro import CODE_RULES
 from llm.validate import load_validated
+from llm.validate.static import ALLOWED_IMPORTS
 from serl_jax.components import reward_term_values, total_reward
 from serl_jax.config import ImagineConfig, MarlConfig
 from serl_jax.envs import EnvParams, EnvState, ExecutionEnv, default_reward
@@ -202,9 +204,10 @@ def test_compact_prompt_holds_one_program_and_one_edit():
         prompt = compact_prompt(kind, code, COMPACT_INSTRUCTION)
         assert prompt.startswith(f"MODULE: {module}\n")
         assert entry in prompt
-        assert "Allowed imports: flax.linen, functools, jax, jax.lax, jax.nn, jax.numpy, math." in (
-            prompt
-        )
+        # the contract a small model can follow: inputs, allowed imports, no Python
+        # control flow on traced values, no invented params keys
+        assert f"\nInputs: {MICRO_PROMPTS[kind].inputs}\n" in prompt
+        assert CODE_RULES in prompt
         assert extract_code(prompt) == code  # the one code block is the program to edit
         assert f"Task: {COMPACT_INSTRUCTION}\n" in prompt
         assert prompt.rstrip().endswith(
@@ -218,7 +221,8 @@ def test_compact_prompt_holds_one_program_and_one_edit():
             }[kind]
         )
         full = design_prompt(kind, MACRO, COMPACT_INSTRUCTION)
-        assert len(prompt) - len(code) < 0.15 * (len(full) - len(code))  # the frame shrinks
+        # the frame shrinks to a fifth (the inputs and the rules are most of it)
+        assert len(prompt) - len(code) < 0.2 * (len(full) - len(code))
 
 
 def test_profiling_prompt_states_the_runs_agents_and_the_evaluation_profiles():
@@ -313,3 +317,17 @@ def test_the_debug_prompt_returns_the_error_after_the_original_prompt():
     assert second.startswith(original.rstrip() + "\n\n" + REJECTED_HEADING + "\n(no ```python")
     with pytest.raises(KeyError):
         debug_prompt("nope", original, "", "parse", "x")
+
+
+def test_every_design_prompt_states_the_rules_the_validator_checks():
+    """The rules name the validator's own allow-list, and every prompt states them."""
+    assert ", ".join(sorted(ALLOWED_IMPORTS)) in CODE_RULES
+    assert "jnp.where(cond, a, b)" in CODE_RULES and "no `params[" in CODE_RULES
+    for kind in MICRO_PROMPTS:
+        assert CODE_RULES in design_prompt(kind, MACRO, "Do X.")
+    reward_inputs = MICRO_PROMPTS["reward"].inputs
+    state, params = reward_inputs.split("`params`")
+    for name in ("inventory", "quantity", "last_qty", "last_price", "benchmark_price", "pace"):
+        assert name in state and name in field_docs(EnvState)
+    for name in ("reward_scale", "urgency", "side", "terminal_penalty_bps"):
+        assert name in params and name in field_docs(EnvParams)
