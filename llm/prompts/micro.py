@@ -40,11 +40,15 @@ Rules (the validator rejects code that breaks one):
   `jnp.clip`.
 - Read only the inputs and fields named here. `params` holds none of your own settings
   (no `params["weight"]`, no new attribute): write your constants as numbers in the code.
+- Define every helper you call (a helper of the code shown, like `safe_div`, too):
+  nothing but the imports is predefined.
 - Answer with the complete program, imports included, in one ```python block."""
 """What every generated program must respect, stated in every design prompt (full and
 compact): the validator's import allow-list, no Python control flow on traced values,
-no invented inputs. They name the failures recorded for Qwen2.5-Coder-1.5B as a
-designer (``import jnp``, an invented ``params`` key, a Python ``if`` on a traced value)."""
+no invented inputs, no undefined helpers. They name the failures recorded for
+Qwen2.5-Coder-1.5B as a designer (``import jnp``, an invented ``params`` key, a Python
+``if`` on a traced value; on 2026-11-26, 2 of its 4 first reward samples called the
+default program's ``safe_div`` without defining it)."""
 
 
 def _names(cls: type, skip: tuple[str, ...] = ()) -> str:
