@@ -40,8 +40,7 @@ Rules (the validator rejects code that breaks one):
   `jnp.clip`.
 - Read only the inputs and fields named here. `params` holds none of your own settings
   (no `params["weight"]`, no new attribute): write your constants as numbers in the code.
-- Define every helper you call (a helper of the code shown, like `safe_div`, too):
-  nothing but the imports is predefined.
+- Define every helper you call (`safe_div` too): only imports are predefined.
 - Answer with the complete program, imports included, in one ```python block."""
 """What every generated program must respect, stated in every design prompt (full and
 compact): the validator's import allow-list, no Python control flow on traced values,
