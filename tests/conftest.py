@@ -21,19 +21,6 @@ def _release_compiled_programs():
     gc.collect()
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _persistent_compilation_cache(tmp_path_factory):
-    """One persistent XLA compilation cache per test process: the in-memory caches go
-    after each module (above), and many modules compile the same tiny-preset programs,
-    which they then load from disk instead of compiling again. This process only: the
-    sandbox's children and the loop's worker processes keep their own settings."""
-    previous = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    yield
-    jax.config.update("jax_compilation_cache_dir", previous)
-
-
 @pytest.fixture(scope="session")
 def cn_bars():
     """The shipped A-share sample as validated minute bars."""
