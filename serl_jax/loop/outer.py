@@ -451,12 +451,7 @@ class SERLLoop:
                     module, self.macro, instruction, examples, feedback,
                     score_label=self.score_label, imagine=self.cfg.imagine, marl=self.cfg.marl,
                 )  # fmt: skip
-            budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
-            t0 = time.perf_counter()
-            [completions] = self.backend.generate(
-                [prompt], n=k, temperature=self.loop.temperature, max_new_tokens=budget
-            )
-            self.log(f"[j={j}] {module}: {_throughput(self.backend, completions, t0)}")
+            [completions] = self._ask(module, [prompt], k, f"[j={j}] {module}: ")
             prompts.append((module, "design", prompt, completions, None))
             for completion in completions:
                 cand = self._candidate(
@@ -468,6 +463,18 @@ class SERLLoop:
         self.store.add_proposals(j, prompts, candidates)
         for _, cand in candidates:
             self._report_candidate(cand)
+
+    def _ask(self, module: str, prompts: list[str], n: int, label: str) -> list[list[str]]:
+        """One designer call: ``n`` completions per prompt within the module's token
+        budget; logs ``label`` and the call's throughput."""
+        budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
+        t0 = time.perf_counter()
+        answers = self.backend.generate(
+            prompts, n=n, temperature=self.loop.temperature, max_new_tokens=budget
+        )
+        done = [c for completions in answers for c in completions]
+        self.log(label + _throughput(self.backend, done, t0))
+        return answers
 
     def _candidate(
         self,
@@ -532,16 +539,11 @@ class SERLLoop:
                 )  # fmt: skip
                 for c in group
             ]
-            budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
-            t0 = time.perf_counter()
-            answers = self.backend.generate(
-                texts, n=1, temperature=self.loop.temperature, max_new_tokens=budget
-            )
-            completions = [a[0] for a in answers]
-            self.log(
+            label = (
                 f"[j={j}] self-debugging round {attempt}: {len(group)} rejected {module} "
-                f"candidate(s) sent back: {_throughput(self.backend, completions, t0)}"
+                "candidate(s) sent back: "
             )
+            completions = [a[0] for a in self._ask(module, texts, 1, label)]
             for failed_cand, text, completion in zip(group, texts, completions, strict=True):
                 prompts.append((module, "debug", text, [completion], None))
                 cand = self._candidate(

@@ -827,6 +827,20 @@ def _as_table(name: str, value) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     )
 
 
+def _compared(real_t: pd.DataFrame, sim_t: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The symbols of either table (as text, sorted) and the comparison columns present
+    in either.
+
+    Raises:
+        ValueError: both tables are empty.
+    """
+    symbols = sorted(set(map(str, real_t.index)) | set(map(str, sim_t.index)))
+    if not symbols:
+        raise ValueError("real, simulated: both tables are empty")
+    columns = [c for c in COMPARISON_COLUMNS if c in real_t.columns or c in sim_t.columns]
+    return symbols, columns
+
+
 def comparison_table(real, simulated) -> str:
     """Side-by-side text table of real and simulated statistics, per symbol and figure.
 
@@ -849,10 +863,7 @@ def comparison_table(real, simulated) -> str:
     """
     real_t, real_p = _as_table("real", real)
     sim_t, sim_p = _as_table("simulated", simulated)
-    symbols = sorted(set(map(str, real_t.index)) | set(map(str, sim_t.index)))
-    if not symbols:
-        raise ValueError("real, simulated: both tables are empty")
-    columns = [c for c in COMPARISON_COLUMNS if c in real_t.columns or c in sim_t.columns]
+    symbols, columns = _compared(real_t, sim_t)
 
     def get(t: pd.DataFrame, sym: str, col: str) -> float:
         if sym in t.index and col in t.columns:
@@ -901,11 +912,8 @@ def pooled_comparison_table(real, simulated) -> str:
     """
     real_t, _ = _as_table("real", real)
     sim_t, _ = _as_table("simulated", simulated)
-    symbols = sorted(set(map(str, real_t.index)) | set(map(str, sim_t.index)))
-    if not symbols:
-        raise ValueError("real, simulated: both tables are empty")
+    symbols, columns = _compared(real_t, sim_t)
     real_t, sim_t = real_t.set_axis(real_t.index.map(str)), sim_t.set_axis(sim_t.index.map(str))
-    columns = [c for c in COMPARISON_COLUMNS if c in real_t.columns or c in sim_t.columns]
     width = max(len(c) for c in columns) + 2
     header = f"{'statistic':<{width}}{'real median':>14}{'sim median':>14}{'sim/real':>10}{'n':>6}"
     lines = [f"{len(symbols)} symbol(s), pooled (--verbose: per symbol)", header]
