@@ -218,6 +218,8 @@ MULTI_AGENT_MODULES = ("profiling", "communication")
 LOOP_SCORES = {"shortfall": "shortfall", "pa": "PA"}
 #: The designer's prompt layouts (``loop.prompt_style``).
 PROMPT_STYLES = ("full", "compact")
+#: Where SE-RL candidates train (``loop.executor``).
+LOOP_EXECUTORS = ("local", "ray")
 #: The ``hf:`` designer's weight types (``loop.hf_dtype``).
 HF_DTYPES = ("bfloat16", "float32", "float16", "auto")
 
@@ -293,7 +295,18 @@ class LoopConfig:
         refine_every: macro-micro refinement of the instructions every this many
             iterations (0: never).
         workers: candidates trained at once in separate processes (1: in this process,
-            unless ``train_budget_s`` is set).
+            unless ``train_budget_s`` is set); with ``executor: ray``, the Ray actors, one
+            job each at a time.
+        executor: where candidates train: ``local`` (this machine's processes) or
+            ``ray`` (actors on a Ray cluster, :mod:`serl_jax.loop.ray_pool`; needs
+            ``pip install -e ".[distributed]"``). Validation stays in the driver's sandbox;
+            the driver alone writes the run folder; a job that raises, passes its budget
+            or loses its node fails alone, with the reason.
+        ray_address: the Ray cluster: ``auto`` (``RAY_ADDRESS``, or the cluster ``ray
+            start`` runs on this machine), ``local`` (start one in this process), or
+            ``host:port``.
+        ray_num_cpus, ray_num_gpus: the resources each actor declares (a fraction of a
+            GPU shares it between actors).
         train_budget_s: wall-clock seconds one candidate may take to compile, train and
             score (0: no budget). A candidate still running at its budget has its
             worker process killed and scores ``failure_score`` with that reason; the loop goes
@@ -324,6 +337,13 @@ class LoopConfig:
             raise ValueError(f"loop.ema_decay: must be in [0, 1), got {self.ema_decay}")
         if self.train_budget_s < 0:
             raise ValueError(f"loop.train_budget_s: must be >= 0, got {self.train_budget_s}")
+        if self.executor not in LOOP_EXECUTORS:
+            raise ValueError(
+                f"loop.executor: expected one of {list(LOOP_EXECUTORS)}, got {self.executor!r}"
+            )
+        for key in ("ray_num_cpus", "ray_num_gpus"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"loop.{key}: must be >= 0, got {getattr(self, key)}")
         if self.repair_attempts < 0:
             raise ValueError(f"loop.repair_attempts: must be >= 0, got {self.repair_attempts}")
         if self.failure_stage_step < 0:
@@ -371,6 +391,10 @@ class LoopConfig:
     num_examples: int = 4
     refine_every: int = 2
     workers: int = 1
+    executor: str = "local"
+    ray_address: str = "auto"
+    ray_num_cpus: float = 1.0
+    ray_num_gpus: float = 0.0
     train_budget_s: float = 1800.0
     validation_workers: int = 2
     candidate_batch: int = 8

@@ -5,7 +5,8 @@
 * under ``serl_jax``, only the SE-RL loop and the command-line programs import ``llm``
   (anywhere in the module, function bodies included): the JAX core (envs, book, market,
   PPO, metrics) stands alone;
-* the JAX core never imports PyTorch, transformers or peft.
+* the JAX core never imports PyTorch, transformers or peft;
+* only the Ray executor imports Ray (an optional extra).
 """
 
 from __future__ import annotations
@@ -129,12 +130,10 @@ def test_only_the_loop_and_the_clis_import_llm():
     assert not offenders, offenders
 
 
-@pytest.mark.parametrize("library", ["torch", "transformers", "peft"])
-def test_the_jax_core_never_imports_torch(library):
-    offenders = []
+def _importers(library: str) -> list[str]:
+    """The project modules that import ``library`` (anywhere in the module)."""
+    found = []
     for module, path in MODULES.items():
-        if not module.startswith("serl_jax"):
-            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = []
             if isinstance(node, ast.Import):
@@ -142,8 +141,20 @@ def test_the_jax_core_never_imports_torch(library):
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 names = [node.module or ""]
             if any(n == library or n.startswith(library + ".") for n in names):
-                offenders.append(module)
+                found.append(module)
+                break
+    return found
+
+
+@pytest.mark.parametrize("library", ["torch", "transformers", "peft"])
+def test_the_jax_core_never_imports_torch(library):
+    offenders = [m for m in _importers(library) if m.startswith("serl_jax")]
     assert not offenders, offenders
+
+
+def test_only_the_ray_executor_imports_ray():
+    """Ray is an optional extra (``.[distributed]``): one module holds it."""
+    assert _importers("ray") == ["serl_jax.loop.ray_pool"]
 
 
 def test_the_core_floors_never_read_the_run_config():

@@ -6,8 +6,9 @@
 - :mod:`serl_jax.loop.agents_evaluation`: the same for a multi-agent program
   (``marl.agents > 1``: the profiling and communication slots).
 - :mod:`serl_jax.loop.dispatch`: runs programs through those two, batched, in worker
-  processes with a wall-clock budget and a persistent compilation cache.
+  processes or Ray actors with a wall-clock budget and a persistent compilation cache.
 - :mod:`serl_jax.loop.workers`: worker processes that stop a task at its wall-clock budget.
+- :mod:`serl_jax.loop.ray_pool`: the same on a Ray cluster (``loop.executor: ray``).
 - :mod:`serl_jax.loop.store`: the SQLite run store that makes runs resumable.
 - :mod:`serl_jax.loop.convergence`: the EMA stopping rule.
 - :mod:`serl_jax.loop.report`: the final report (top candidates, test-day comparison).

@@ -1,16 +1,27 @@
-"""Running candidate programs: in this process or in worker processes, batched, with a
-wall-clock budget and a persistent compilation cache.
+"""Running candidate programs: in this process, in local worker processes or on a Ray
+cluster, batched, with a wall-clock budget and a persistent compilation cache.
 
 :class:`ProgramEvaluator` sends each program to its evaluator, the single-agent one
 (:func:`serl_jax.loop.evaluation.evaluate_program`, or
 :func:`serl_jax.loop.evaluation.evaluate_batch` for programs that share a network) or
 the multi-agent one (:func:`serl_jax.loop.agents_evaluation.evaluate_agents_program`),
 so both evaluators sit below it and neither imports the other's caller.
+
+On a Ray cluster (``loop.executor: ray``, :mod:`serl_jax.loop.ray_pool`) a job may run on
+another machine, whose file system need not hold the run folder: the job writes its
+programs' checkpoints to a temporary folder and sends them back as tar archives, which
+the driver unpacks into the run folder, so the driver alone writes the run store. The
+market (``sample:<name>`` or a path) must be readable at the same path on every node (a
+shared file system, as under SLURM).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
+import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +82,37 @@ def _evaluate_job(job: list[tuple]) -> list[ProgramResult] | None:
     return evaluate_batch(config, market, programs, dirs, _imagination_code(job[0]))
 
 
+def _evaluate_job_shipped(job: list[tuple]) -> tuple[list[ProgramResult] | None, list]:
+    """:func:`_evaluate_job` on a machine that may not see the run folder: each program's
+    artifacts (``checkpoint/``) go to a temporary folder and come back as a tar archive
+    (``None`` for a program without artifacts), for :func:`_unpack` in the driver."""
+    with tempfile.TemporaryDirectory(prefix="serl-job-") as tmp:
+        here = [
+            (*t[:4], None if t[4] is None else str(Path(tmp) / str(k)), *t[5:])
+            for k, t in enumerate(job)
+        ]
+        results = _evaluate_job(here)
+        return results, [_pack(Path(t[4])) if t[4] is not None else None for t in here]
+
+
+def _pack(folder: Path) -> bytes | None:
+    """``folder``'s files as a gzipped tar archive (``None``: no such folder)."""
+    if not folder.is_dir():
+        return None
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(folder.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+    return buffer.getvalue()
+
+
+def _unpack(archive: bytes, folder: str) -> None:
+    """Writes an archive of :func:`_pack` into ``folder`` (the ``data`` filter refuses
+    absolute paths, links out of the folder and special files)."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        tar.extractall(folder, filter="data")
+
+
 def _imagination_code(task: tuple) -> str:
     """A task's imagination code (its optional sixth argument)."""
     return task[5] if len(task) > 5 else ""
@@ -113,9 +155,10 @@ def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
 
 class ProgramEvaluator:
     """Runs :func:`evaluate_program` on a batch of programs, in this process
-    (``workers=1`` without a budget) or in spawned worker processes, so several candidates
-    are in flight at once and each can be stopped at its budget; compiled programs go to a
-    persistent cache when ``cache_dir`` is set.
+    (``workers=1`` without a budget), in spawned worker processes, or on Ray actors
+    (``executor="ray"``), so several candidates are in flight at once and each can be
+    stopped at its budget; compiled programs go to a persistent cache when ``cache_dir``
+    is set (local processes only: a Ray actor's node may not see the run folder).
 
     Programs that differ only in their reward and prior anchor train together, up to
     ``batch`` in one compiled program (:func:`evaluate_batch`; one compilation instead
@@ -137,6 +180,15 @@ class ProgramEvaluator:
             which its worker process is killed and the program scored as failed with the
             reason (a batch of K gets K times the budget); 0: no budget.
         batch: the most programs trained in one compiled program (1: one at a time).
+        executor: ``"local"`` (this machine's processes) or ``"ray"`` (``workers`` Ray
+            actors, :class:`serl_jax.loop.ray_pool.RayPool`; a job that raises or whose
+            actor dies fails alone, with the reason).
+        ray_address, ray_num_cpus, ray_num_gpus: the cluster and each actor's resources
+            (``executor="ray"``).
+
+    Raises:
+        ImportError: ``executor="ray"`` without Ray installed (one line, naming the extra).
+        ConnectionError: no Ray cluster at ``ray_address``.
     """
 
     def __init__(
@@ -145,18 +197,35 @@ class ProgramEvaluator:
         cache_dir: str | Path | None = None,
         budget_s: float = 0.0,
         batch: int = 1,
+        *,
+        executor: str = "local",
+        ray_address: str = "auto",
+        ray_num_cpus: float = 1.0,
+        ray_num_gpus: float = 0.0,
     ):
         self.workers = int(workers)
         self.budget_s = float(budget_s)
         self.batch = int(batch)
+        self.remote = executor == "ray"
+        if self.remote:
+            if importlib.util.find_spec("ray") is None:
+                raise ImportError('loop.executor=ray needs Ray: pip install -e ".[distributed]"')
+            from serl_jax.loop.ray_pool import RayPool  # only this executor needs Ray
+
+            self._pool = RayPool(
+                self.workers, _init_worker, (None,), address=ray_address,
+                num_cpus=ray_num_cpus, num_gpus=ray_num_gpus,
+            )  # fmt: skip
+            cache_dir = None
         self._cache = compilation_cache(cache_dir)
         self._cache.__enter__()
-        cache = None if cache_dir is None else str(cache_dir)
-        self._pool = (
-            WorkerPool(self.workers, _init_worker, (cache,))
-            if self.workers > 1 or self.budget_s > 0
-            else None
-        )
+        if not self.remote:
+            cache = None if cache_dir is None else str(cache_dir)
+            self._pool = (
+                WorkerPool(self.workers, _init_worker, (cache,))
+                if self.workers > 1 or self.budget_s > 0
+                else None
+            )
 
     def evaluate(self, tasks: list[tuple]) -> Iterator[tuple[int, ProgramResult]]:
         """Yields ``(index, result)`` for each task (the arguments of
@@ -190,15 +259,26 @@ class ProgramEvaluator:
             return
         budgets = [self.budget_s * len(job) or None for job in jobs]
         args = [([tasks[i] for i in job],) for job in jobs]
-        for j, outcome in self._pool.run(_evaluate_job, args, budgets):
+        fn = _evaluate_job_shipped if self.remote else _evaluate_job
+        for j, outcome in self._pool.run(fn, args, budgets):
             if outcome.status == "done":
-                yield jobs[j], outcome.value, None
+                results = outcome.value
+                if self.remote:
+                    results, archives = results
+                    for i, archive in zip(jobs[j], archives, strict=True):
+                        if results is not None and archive is not None:
+                            _unpack(archive, tasks[i][4])
+                yield jobs[j], results, None
                 continue
             if outcome.status == "timeout":
                 reason = (
                     f"training exceeded its wall-clock budget of {self.budget_s:g} s "
                     "(loop.train_budget_s) and was stopped"
                 )
+            elif outcome.status == "raised":
+                reason = f"the training job raised {outcome.error}"
+            elif outcome.error:
+                reason = f"the training worker died: {outcome.error}"
             else:
                 reason = f"the training worker process died (exit code {outcome.exitcode})"
             yield jobs[j], None, _failed(reason, time.perf_counter() - outcome.seconds)

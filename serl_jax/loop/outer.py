@@ -772,8 +772,10 @@ class SERLLoop:
         reason = "max_iterations"
         cache = self.store.root / "xla_cache" if self.loop.compilation_cache else None
         with ProgramEvaluator(
-            self.loop.workers, cache, self.loop.train_budget_s, self.loop.candidate_batch
-        ) as evaluator:
+            self.loop.workers, cache, self.loop.train_budget_s, self.loop.candidate_batch,
+            executor=self.loop.executor, ray_address=self.loop.ray_address,
+            ray_num_cpus=self.loop.ray_num_cpus, ray_num_gpus=self.loop.ray_num_gpus,
+        ) as evaluator:  # fmt: skip
             for j in range(0, self.loop.iterations + 1):
                 if j in finished:
                     if self.low_level is not None and j > 0 and j not in updated:

@@ -35,16 +35,21 @@ class TaskOutcome:
 
     Attributes:
         value: what ``fn`` returned (``None`` unless ``status == "done"``).
-        status: ``"done"``, ``"timeout"`` (killed at its budget) or ``"died"`` (its process
-            ended without answering, e.g. a crash in native code).
+        status: ``"done"``, ``"timeout"`` (killed at its budget), ``"died"`` (its process
+            ended without answering, e.g. a crash in native code or a lost node) or
+            ``"raised"`` (the task raised; only on a Ray cluster,
+            :class:`serl_jax.loop.ray_pool.RayPool`: :class:`WorkerPool` re-raises).
         seconds: wall time from hand-over to the end.
-        exitcode: the dead process's exit code (negative: the signal), for ``"died"``.
+        exitcode: the dead process's exit code (negative: the signal), for ``"died"`` in
+            a local worker.
+        error: why, in one line, for ``"raised"`` and a Ray ``"died"`` ("" otherwise).
     """
 
     value: Any
     status: str
     seconds: float
     exitcode: int | None = None
+    error: str = ""
 
 
 def _serve(conn, initializer: Callable[..., None] | None, initargs: tuple) -> None:

@@ -64,6 +64,27 @@ def test_worker_processes_give_the_same_result(config, default_result, tmp_path)
     assert results[0].curves == expected.curves
 
 
+def test_ray_actors_give_the_same_result_and_the_driver_writes_the_checkpoint(
+    config, default_result, tmp_path
+):
+    ray = pytest.importorskip("ray")
+    expected, expected_dir = default_result
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        task = (config, MARKET, DEFAULT_CODE["reward"], DEFAULT_CODE["network"], str(tmp_path))
+        with ProgramEvaluator(executor="ray") as evaluator:
+            [(_, result)] = list(evaluator.evaluate([task]))
+    finally:
+        ray.shutdown()
+    assert result.ok and result.metrics == expected.metrics and result.curves == expected.curves
+    # the actor wrote the checkpoint on its own disk; the driver unpacked the same files
+    local = sorted(p.relative_to(expected_dir) for p in expected_dir.rglob("*"))
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == local
+    for rel in local:
+        if (expected_dir / rel).is_file():
+            assert (tmp_path / rel).read_bytes() == (expected_dir / rel).read_bytes(), rel
+
+
 def test_a_diverging_reward_crashes_with_a_reason(config):
     code = (
         "import jax.numpy as jnp\n\n\n"
