@@ -52,13 +52,35 @@ class RunConfig:
     devices: devices to train on (:mod:`serl_jax.rl.sharding`): seeds are split over them
         when the count divides ``num_seeds``, else each seed's parallel episodes; 0 uses
         as many of the visible devices as divide one of them.
+    distributed: train across processes and hosts (``python -m serl_jax.train --llm
+        none`` runs): each process calls ``jax.distributed.initialize``
+        (:func:`serl_jax.rl.sharding.start_processes`) and the seeds or episodes are
+        split over every process's devices; every process then selects and evaluates
+        on its own copy, and process 0 alone writes the run folder.
+    coordinator_address: process 0's ``host:port``; "": ``JAX_COORDINATOR_ADDRESS`` or
+        the cluster's variables (SLURM, Open MPI, Cloud TPU).
+    num_processes: processes in the run; 0: from the cluster's variables.
+    process_id: this process's index; -1: from the cluster's variables.
     """
+
+    def __post_init__(self):
+        if self.num_processes < 0:
+            raise ValueError(f"run.num_processes: must be >= 0, got {self.num_processes}")
+        if self.process_id < -1 or (self.num_processes and self.process_id >= self.num_processes):
+            raise ValueError(
+                f"run.process_id: expected -1 or 0 to {max(self.num_processes - 1, 0)} "
+                f"(run.num_processes={self.num_processes}), got {self.process_id}"
+            )
 
     seed: int = 0
     num_seeds: int = 2
     out: str = "runs"
     progress_chunk: int = 5
     devices: int = 0
+    distributed: bool = False
+    coordinator_address: str = ""
+    num_processes: int = 0
+    process_id: int = -1
 
 
 @dataclasses.dataclass(frozen=True)

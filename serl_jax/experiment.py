@@ -47,7 +47,13 @@ from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import TeacherPolicy, make_trainer
-from serl_jax.rl.sharding import DevicePlan, constrain_runner, plan_devices, shard_runner
+from serl_jax.rl.sharding import (
+    DevicePlan,
+    constrain_runner,
+    plan_devices,
+    shard_runner,
+    to_host,
+)
 
 SAMPLE_PREFIX = "sample:"
 TWAP = "TWAP"
@@ -533,19 +539,25 @@ def _train_lanes(
                 (step_chunk, chunk) if n_updates - done >= chunk else (step_rest, remainder)
             )
             runner, metrics = fn(runner)
-            metrics = jax.device_get(metrics)
+            metrics = to_host(metrics)
             history.append(metrics)
             done += length
             bar.update(length)
             if on_chunk is not None:
-                on_chunk(done, _policy_params(runner))
+                on_chunk(done, _whole(_policy_params(runner)))
             last_pa = metrics["order_pa"][:, -1]
             if np.isfinite(last_pa).any():  # NaN when no episode finished in the rollout
                 bar.set_postfix(order_pa=f"{np.nanmean(last_pa):.2f}bps")
     jax.block_until_ready(runner)
     train_seconds = time.perf_counter() - t0
     curves = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
-    return _LaneRun(_policy_params(runner), curves, compile_seconds, train_seconds)
+    return _LaneRun(_whole(_policy_params(runner)), curves, compile_seconds, train_seconds)
+
+
+def _whole(params: Any) -> Any:
+    """Parameters sharded over several processes, gathered whole on every process (which
+    then selects, evaluates and writes alone); device arrays unchanged otherwise."""
+    return to_host(params) if jax.process_count() > 1 else params
 
 
 def _default_validation_rollouts(

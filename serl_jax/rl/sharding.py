@@ -14,7 +14,10 @@ run up to floating-point summation order. The train state itself is replicated.
 keeps that placement (:func:`constrain_runner` inside the update). One process drives
 all local devices; several hosts (a TPU slice, a multi-node GPU cluster) each call
 ``jax.distributed.initialize()`` first, after which ``jax.devices()`` lists every host's
-devices and the same code shards over all of them.
+devices and the same code shards over all of them: :func:`start_processes`
+(``run.distributed``) does that, and :func:`to_host` brings a result sharded over
+several processes back whole to every process, which then goes on alone (seed
+selection, evaluation and writing run on each process's own copy).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.extend.backend
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from serl_jax.rl.ppo import RunnerState
@@ -120,14 +125,63 @@ def _shardings(runner: Any, plan: DevicePlan) -> Any:
 
 def shard_runner(runner: Any, plan: DevicePlan) -> Any:
     """``runner`` (a trainer's state with a leading ``[num_seeds]`` axis) placed on the
-    plan's devices; unchanged for one device.
+    plan's devices; unchanged for one device. With several processes every process
+    holds the same state (same seeds), and each places its own devices' share.
 
     Raises:
         ValueError: episode sharding of a state that is not a :class:`RunnerState`.
     """
     if plan.mesh is None:
         return runner
+    if jax.process_count() > 1:  # from host memory, which every process holds whole
+        runner = jax.device_get(runner)
     return jax.device_put(runner, _shardings(runner, plan))
+
+
+def to_host(tree: Any) -> Any:
+    """``tree``'s arrays as whole NumPy arrays on the host, also those sharded over
+    several processes' devices (gathered from every process: every process must call
+    this together)."""
+
+    def whole(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+
+    return jax.tree.map(whole, tree)
+
+
+def start_processes(coordinator_address: str = "", num_processes: int = 0, process_id: int = -1):
+    """Joins this process to a multi-process JAX run (``jax.distributed.initialize``),
+    after which ``jax.devices()`` lists every process's devices and training shards
+    over all of them. Call it before anything touches a device. A no-op when already
+    joined.
+
+    Args:
+        coordinator_address: ``host:port`` of process 0's coordinator; "" reads
+            ``JAX_COORDINATOR_ADDRESS`` or the cluster's own variables (SLURM, Open MPI,
+            Cloud TPU), as JAX does.
+        num_processes: processes in the run; 0: from the cluster's variables.
+        process_id: this process's index in ``[0, num_processes)``; -1: from the
+            cluster's variables.
+
+    Raises:
+        ValueError, RuntimeError: what ``jax.distributed.initialize`` raises (no cluster
+            found, a coordinator that does not answer).
+    """
+    if jax.distributed.is_initialized():
+        return
+    # Importing gymnax builds arrays at module level (FrozenLake's moves), which starts
+    # a one-process backend that JAX refuses to extend; nothing of ours holds an array
+    # yet, so the backend is dropped and rebuilt with every process's devices.
+    jax.extend.backend.clear_backends()
+    # CPU devices of several processes reduce through gloo; GPUs and TPUs use their own.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address or None,
+        num_processes or None,
+        process_id if process_id >= 0 else None,
+    )
 
 
 def constrain_runner(runner: Any, plan: DevicePlan) -> Any:

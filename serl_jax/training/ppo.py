@@ -5,11 +5,16 @@ both markets, and written to a run folder."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from llm.validate import SandboxError
@@ -37,6 +42,7 @@ from serl_jax.plots import plot_pa_distribution, plot_training_curve, plot_traje
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.mixed_sampling import Imagination, imagined_share
 from serl_jax.rl.policy import make_ppo_policy
+from serl_jax.rl.sharding import start_processes
 from serl_jax.training.programs import imagination_program
 from serl_jax.training.run_folder import write_run
 
@@ -235,7 +241,26 @@ def run_market(
 
 
 def train_ppo(cfg: Config, config_name: str, quiet: bool, verbose: bool = False) -> int:
-    """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``)."""
+    """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``).
+
+    With ``run.distributed`` this process first joins the multi-process run
+    (:func:`serl_jax.rl.sharding.start_processes`); every process trains its share and
+    then evaluates on its own copy; process 0 writes the run folder, the others a
+    temporary one that is removed."""
+    if cfg.run.distributed:
+        start_processes(cfg.run.coordinator_address, cfg.run.num_processes, cfg.run.process_id)
+        if jax.process_index() > 0:  # the same work, written nowhere and said by process 0
+            with (
+                tempfile.TemporaryDirectory(prefix="serl-process-") as scratch,
+                open(os.devnull, "w") as silent,
+                contextlib.redirect_stdout(silent),
+            ):
+                cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, out=scratch))
+                return _train_ppo(cfg, config_name, quiet=True, verbose=False)
+    return _train_ppo(cfg, config_name, quiet, verbose)
+
+
+def _train_ppo(cfg: Config, config_name: str, quiet: bool, verbose: bool) -> int:
     try:
         _, imagine_fn = imagination_program(cfg)
     except (ValueError, SandboxError) as err:
