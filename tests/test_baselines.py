@@ -3,6 +3,8 @@ volume-driven baselines and the hindsight oracle on hand-made days."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -18,12 +20,16 @@ from serl_jax.baselines import (
     twap_policy,
     vwap_policy,
 )
-from serl_jax.baselines.policies import AVWAP_DECAY
+from serl_jax.baselines.policies import AVWAP_DECAY, FIXED_SIZE_POLICIES
+from serl_jax.config import load_config
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.reference import NumpyExecutionEnv
 from serl_jax.evaluation import rollout
-from serl_jax.metrics import shortfall
+from serl_jax.experiment import baseline_policies, rollout_policy
+from serl_jax.metrics import price_advantage, shortfall
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(policy, policy_params, params):
@@ -230,3 +236,30 @@ def test_no_policy_has_a_lower_shortfall_than_the_oracle_on_real_days(market, re
         ]:
             other = shortfall(_run(policy, policy_params, params).outcomes(1.0))
             assert np.all(other <= oracle + 0.05 + 0.005 * np.abs(oracle)), policy.__name__
+
+
+def test_the_fixed_size_baselines_share_one_compiled_rollout_and_act_as_alone(cn_market):
+    """rollout_policy sends every fixed-size baseline through one program (a lax.switch
+    on a traced index): one compilation for all seven, and each one's orders equal its
+    own rollout's up to float32 summation order."""
+    cfg = load_config(ROOT / "configs" / "tiny.yaml")
+    env = ExecutionEnv()
+    params = EnvParams(data=MarketData.from_episodes(cn_market.test), lookback=3)  # new shapes
+    fixed = {n: p for n, p in baseline_policies(cfg).items() if p[0] in FIXED_SIZE_POLICIES}
+    assert len(fixed) == len(FIXED_SIZE_POLICIES) == 7
+    before = rollout._cache_size()
+    switched = {n: rollout_policy(env, params, *p) for n, p in fixed.items()}
+    assert rollout._cache_size() == before + 1
+    order_params = params.replace(child_quantity="fixed", step_minutes=1)
+    pa = set()
+    for name, (policy, policy_params) in fixed.items():
+        alone = rollout(env, policy, policy_params, order_params, jax.random.PRNGKey(0))
+        got = switched[name]
+        np.testing.assert_allclose(got.executed, alone.executed, rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(got.notional, alone.notional, rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(got.exec_qty, alone.exec_qty, atol=0.01, err_msg=name)  # shares
+        np.testing.assert_allclose(
+            price_advantage(got.outcomes(1.0)), price_advantage(alone.outcomes(1.0)), atol=0.01
+        )  # bps
+        pa.add(round(float(price_advantage(got.outcomes(1.0)).mean()), 6))
+    assert len(pa) == 7  # the index picks seven different schedules
