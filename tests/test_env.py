@@ -357,7 +357,9 @@ def test_baselines_decide_every_minute_whatever_the_learned_policys_interval(cn_
     every_minute = jax.device_get(
         rollout(env, twap_policy, None, params.replace(step_minutes=1), key)
     )
-    np.testing.assert_allclose(results["TWAP"][1].exec_qty, every_minute.exec_qty, rtol=1e-6)
+    # atol in shares: evaluate_policies runs the fixed-size baselines behind one index
+    # (experiment.rollout_policy), whose float32 rounding differs from this program's
+    np.testing.assert_allclose(results["TWAP"][1].exec_qty, every_minute.exec_qty, atol=0.01)
     held = jax.device_get(rollout(env, twap_policy, None, params, key))
     assert not np.allclose(held.exec_qty, every_minute.exec_qty)
 
@@ -384,7 +386,8 @@ def test_baselines_keep_fixed_child_orders_when_the_learned_policy_participates(
         ("TWAP-POV", twap_policy, participating),
     ):
         expected = jax.device_get(rollout(env, policy, None, params, key))
-        np.testing.assert_allclose(results[name][1].exec_qty, expected.exec_qty, rtol=1e-6)
+        # atol in shares: TWAP rolls out behind the baselines' index (float32 rounding)
+        np.testing.assert_allclose(results[name][1].exec_qty, expected.exec_qty, atol=0.01)
     assert not np.allclose(
         results["constant"][1].exec_qty,
         jax.device_get(rollout(env, constant, None, fixed, key)).exec_qty,
