@@ -176,13 +176,13 @@ def main(argv: list[str] | None = None) -> int:
             cfg, marl=dataclasses.replace(cfg.marl, communication=library("communication")[0].name)
         )
     config_name = Path(args.config).stem if args.config else "default"
-    plain_ppo = cfg.loop.llm.strip().lower() == "none" and cfg.marl.agents == 1
-    if cfg.run.distributed and not plain_ppo:
+    no_designer = cfg.loop.llm.strip().lower() == "none"
+    if cfg.run.distributed and not (no_designer and cfg.marl.agents == 1):
         print("error: run.distributed: only plain PPO (--llm none, one agent) trains across "
               "processes; SE-RL candidates reach other machines with loop.executor=ray",
               file=sys.stderr)  # fmt: skip
         return 2
-    if cfg.loop.llm.strip().lower() == "none":
+    if no_designer:
         if cfg.marl.agents > 1:
             return train_agents_markets(cfg, config_name, args.quiet, args.verbose)
         return train_ppo(cfg, config_name, args.quiet, args.verbose)

@@ -216,16 +216,16 @@ class ProgramEvaluator:
                 self.workers, _init_worker, (None,), address=ray_address,
                 num_cpus=ray_num_cpus, num_gpus=ray_num_gpus,
             )  # fmt: skip
-            cache_dir = None
-        self._cache = compilation_cache(cache_dir)
-        self._cache.__enter__()
-        if not self.remote:
+            cache_dir = None  # an actor's node may not see the run folder
+        else:
             cache = None if cache_dir is None else str(cache_dir)
             self._pool = (
                 WorkerPool(self.workers, _init_worker, (cache,))
                 if self.workers > 1 or self.budget_s > 0
                 else None
             )
+        self._cache = compilation_cache(cache_dir)
+        self._cache.__enter__()
 
     def evaluate(self, tasks: list[tuple]) -> Iterator[tuple[int, ProgramResult]]:
         """Yields ``(index, result)`` for each task (the arguments of
