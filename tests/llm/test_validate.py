@@ -114,6 +114,27 @@ def test_static_rejections(program):
     assert program.get("reason", "") in result.reason
 
 
+def test_jax_random_imported_by_name_passes_as_the_contracts_say():
+    """The imagination and profiling contracts say "use jax.random". Importing it by name
+    passes both stages, as ``from jax import random`` always did (Qwen2.5-Coder-1.5B's
+    ``import jax.random`` was rejected in 2 of 8 imagination samples); other jax
+    submodules are still refused."""
+    code = (
+        "import jax.random\n"
+        "from jax.random import normal\n"
+        "import jax.numpy as jnp\n\n\n"
+        "def imagine(key, price, volume, params):\n"
+        "    noise = 0.5 * params.realized_volatility * normal(key, price.shape)\n"
+        "    shock = jax.random.uniform(key, (), minval=0.9, maxval=1.1)\n"
+        "    return price * jnp.exp(noise - noise.mean()), volume * shock\n"
+    )
+    result = validate(code, "imagination", limits=TEST_LIMITS)
+    assert result.ok and result.stage is None, result.reason
+    refused = validate(code.replace("import jax.random", "import jax.scipy"), "imagination")
+    assert (refused.ok, refused.stage) == (False, "static")
+    assert "line 1: import of 'jax.scipy' is not allowed" in refused.reason
+
+
 @pytest.mark.parametrize("program", RUNTIME, ids=[p["name"] for p in RUNTIME])
 def test_runtime_and_valid_programs(program, runtime_results):
     result = runtime_results[program["name"]]
