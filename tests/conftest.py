@@ -7,9 +7,9 @@ import os
 
 # The suite compiles hundreds of small XLA programs and runs most of them briefly, so
 # compiling dominates: LLVM at -O0 takes the whole suite from 17:42 to 15:49 on 2 CPU
-# cores, with the same IEEE arithmetic (no fast-math either way). Read when JAX starts
-# its backend, and inherited by the CLI, worker and Ray processes the tests start; the
-# sandbox child (its own minimal environment) and users' runs keep XLA's default.
+# cores, every assertion and tolerance unchanged (no fast-math either way). Read when JAX
+# starts its backend, and inherited by the CLI, worker and Ray processes the tests start;
+# the sandbox child (its own minimal environment) and users' runs keep XLA's default.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
