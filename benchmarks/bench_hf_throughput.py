@@ -1,0 +1,172 @@
+"""Designer throughput: tokens/s of the ``hf`` backend on one device, at the loop's batch sizes.
+
+The loop asks the designer for K completions of one module's prompt in one ``generate``
+call (:meth:`serl_jax.loop.SERLLoop._ask`), so what a run waits for is the wall time of
+that call at K = 1, 4, 8. This script times exactly that call (the backend the loop uses,
+its sampling settings, the real design prompt of ``--module``) and prints, per batch size,
+the tokens generated, seconds, tokens/s over all completions, tokens/s per completion and
+the peak memory.
+
+Two ways to name the model:
+
+* ``--model SPEC``: any ``hf:`` spec without the prefix (a catalog name once installed,
+  a folder, a ``.gguf`` file), the model the loop would run::
+
+      python benchmarks/bench_hf_throughput.py --model qwen2.5-coder-1.5b --threads 2
+
+* ``--architecture DIR``: a folder holding only ``config.json`` and the tokenizer files
+  (written here by ``--export-architecture DIR --model SPEC``): the same architecture is
+  built with random weights in ``--dtype``. Decoding cost depends on the architecture,
+  dtype and sequence lengths, not on the weights' values, so this measures a model's
+  throughput on a machine the weights cannot reach (an accelerator host without network
+  whose transfer limit is under the model's size). Random weights rarely emit an EOS or a
+  closed code block, so completions run to ``--max-new-tokens``; a trained model stops
+  earlier (the tokens column says how many were generated).
+
+Usage::
+
+    python benchmarks/bench_hf_throughput.py --model qwen2.5-coder-1.5b \\
+        --export-architecture /tmp/qwen1.5b-arch
+    python benchmarks/bench_hf_throughput.py --architecture /tmp/qwen1.5b-arch \\
+        --device cuda --dtype bfloat16 --batch 1,4,8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# The prompt is built with the package's own code, which touches JAX; on an accelerator
+# host JAX must not take the GPU memory the language model needs.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import torch  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from llm.backends.hf import HFBackend  # noqa: E402
+from llm.prompts.builder import DEFAULT_INSTRUCTION, design_prompt  # noqa: E402
+from llm.prompts.macro import macro_prompt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def real_prompt(module: str) -> str:
+    """The loop's first design prompt for ``module`` at the default config on the shipped
+    cn sample (no examples, no feedback)."""
+    from serl_jax.config import load_config
+    from serl_jax.envs import ExecutionEnv, MarketData
+    from serl_jax.experiment import load_splits
+
+    cfg = load_config(None)
+    splits = load_splits(cfg, "sample:cn_1min")
+    data = MarketData.from_episodes(splits.train)
+    macro = macro_prompt(
+        ExecutionEnv().observation_size(cfg.env_params(data)), data.num_features,
+        int(cfg.env["lookback"]), score=cfg.loop.score,
+        child_quantity=str(cfg.env["child_quantity"]),
+    )  # fmt: skip
+    return design_prompt(module, macro, DEFAULT_INSTRUCTION, imagine=cfg.imagine, marl=cfg.marl)
+
+
+def export_architecture(spec: str, out: Path) -> None:
+    """Writes ``spec``'s config and tokenizer (no weights) to ``out``."""
+    backend = HFBackend(spec, device="cpu", dtype="bfloat16")
+    out.mkdir(parents=True, exist_ok=True)
+    backend.model.config.save_pretrained(out)
+    backend.model.generation_config.save_pretrained(out)
+    backend.tokenizer.save_pretrained(out)
+    print(f"wrote {sorted(p.name for p in out.iterdir())} to {out}")
+
+
+def random_model_folder(arch: Path, dtype: str, out: Path) -> Path:
+    """A model folder with ``arch``'s config and tokenizer and random weights."""
+    config = AutoConfig.from_pretrained(arch, local_files_only=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(arch, local_files_only=True).save_pretrained(out)
+    gen = arch / "generation_config.json"
+    if gen.exists():
+        (out / "generation_config.json").write_text(gen.read_text())
+    return out
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak device memory (CUDA) or peak process RSS (CPU), GB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", help="an hf spec: catalog name, folder or .gguf file")
+    p.add_argument("--architecture", type=Path, help="config + tokenizer folder: random weights")
+    p.add_argument("--export-architecture", type=Path, help="write --model's config + tokenizer")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--threads", type=int, default=0, help="PyTorch CPU threads (0: default)")
+    p.add_argument("--batch", default="1,4,8", help="completions per generate call")
+    p.add_argument("--max-new-tokens", type=int, default=640)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--repeats", type=int, default=2, help="timed calls per batch size")
+    p.add_argument("--module", default="reward", help="whose design prompt to use")
+    args = p.parse_args(argv)
+    if (args.model is None) == (args.architecture is None):
+        p.error("give exactly one of --model and --architecture")
+    if args.export_architecture:
+        if not args.model:
+            p.error("--export-architecture needs --model")
+        export_architecture(args.model, args.export_architecture)
+        return 0
+
+    prompt = real_prompt(args.module)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        source = args.model
+        if args.architecture:
+            source = str(random_model_folder(args.architecture, args.dtype, Path(tmp)))
+        backend = HFBackend(source, device=args.device, dtype=args.dtype, threads=args.threads)
+        load_s = time.perf_counter() - t0
+        params = sum(p.numel() for p in backend.model.parameters())
+        device = backend.device
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+        weights = "random weights" if args.architecture else "trained weights"
+        print(f"date:    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+        print(f"machine: {name or platform.machine()}, {os.cpu_count()} CPU cores")
+        print(f"torch:   {torch.__version__}, device {device}, threads {torch.get_num_threads()}")
+        print(f"model:   {args.model or args.architecture} ({weights}), {params / 1e9:.2f} B "
+              f"parameters, {args.dtype}; loaded in {load_s:.1f} s")  # fmt: skip
+        print(f"prompt:  the {args.module} design prompt, "
+              f"{len(backend.prompt_token_ids(prompt))} tokens; temperature {args.temperature}, "
+              f"max_new_tokens {args.max_new_tokens}")  # fmt: skip
+        backend.generate([prompt], n=1, temperature=args.temperature, max_new_tokens=8)  # warm-up
+        print(f"{'K':>3} | {'tokens':>7} | {'s':>7} | {'tokens/s':>9} | "
+              f"{'per completion':>14} | {'s per completion':>16} | peak GB")  # fmt: skip
+        for k in (int(b) for b in args.batch.split(",")):
+            for _ in range(args.repeats):
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                t = time.perf_counter()
+                [rows] = backend.generate_with_logprobs(
+                    [prompt], n=k, temperature=args.temperature,
+                    max_new_tokens=args.max_new_tokens,
+                )  # fmt: skip
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                s = time.perf_counter() - t
+                tokens = sum(len(c.token_ids) for c in rows)
+                print(f"{k:>3} | {tokens:>7,} | {s:>7.1f} | {tokens / s:>9.1f} | "
+                      f"{tokens / k / s:>14.1f} | {s / k:>16.2f} | {peak_memory_gb(device):.2f}",
+                      flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
