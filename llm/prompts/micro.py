@@ -12,12 +12,13 @@ config section (:func:`imagination_contract`, :func:`profiling_contract`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from llm.prompts.defaults import DEFAULT_CODE
 from llm.prompts.macro import field_docs
 from llm.validate.static import ALLOWED_IMPORTS
 from serl_jax.components.communication import MAX_MESSAGE_SIZE
+from serl_jax.components.imagination import ImagineParams
 from serl_jax.config import ImagineConfig, MarlConfig, NetworkConfig
 from serl_jax.envs.execution import NUM_PRIVATE_FEATURES, EnvState
 
@@ -34,7 +35,7 @@ __all__ = [
 CODE_RULES = f"""\
 Rules (the validator rejects code that breaks one):
 - Imports: only {", ".join(sorted(ALLOWED_IMPORTS))}; write `import jax.numpy as jnp`,
-  never `import jnp`.
+  never `import jnp`; no `typing`.
 - The inputs are traced JAX values: no Python `if`, `while`, `and`, `or`, `bool()` or
   `float()` on them; use `jnp.where(cond, a, b)`, `jnp.minimum`, `jnp.maximum`,
   `jnp.clip`.
@@ -47,7 +48,8 @@ compact): the validator's import allow-list, no Python control flow on traced va
 no invented inputs, no undefined helpers. They name the failures recorded for
 Qwen2.5-Coder-1.5B as a designer (``import jnp``, an invented ``params`` key, a Python
 ``if`` on a traced value; on 2026-11-26, 2 of its 4 first reward samples called the
-default program's ``safe_div`` without defining it)."""
+default program's ``safe_div`` without defining it; its imaginations imported ``typing``
+for type hints and called ``jax.nn.safe_div``)."""
 
 
 def _names(cls: type, skip: tuple[str, ...] = ()) -> str:
@@ -169,20 +171,24 @@ and training draws {imagine.ratio:.0%} of its episodes from such imagined days
 - `key`: a JAX PRNG key (use `jax.random`, never Python or NumPy randomness);
   `price`: float32 [T] minute closes of the real day (currency per share, > 0);
   `volume`: float32 [T] minute volumes (the data's units, >= 0); T minutes a day.
-- `params`: `params.realized_volatility` (std of the day's T - 1 one-minute log
-  returns, a fraction: 1e-3 = 10 bps), `params.volume_profile` (float32 [T], the
-  day's share of volume per minute, sums to 1), `params.day_volume` (volume units),
-  `params.mean_minute_volume` (the symbol's mean volume per minute on training days),
-  `params.tick_size` (currency per share, 0 when unknown), `params.n_slots` (T, a
-  Python int).
-- Pure JAX (jax, jax.numpy, jax.lax); it is jitted and vmapped over days. Work on log
+- `params` has these {len(fields(ImagineParams))} fields and no others:
+  `params.realized_volatility` (std of the day's T - 1 one-minute log returns, a
+  fraction: 1e-3 = 10 bps), `params.volume_profile` (float32 [T], the day's share of
+  volume per minute, sums to 1), `params.day_volume` (volume units),
+  `params.mean_minute_volume` (the symbol's mean volume per minute on training days, a
+  scalar), `params.tick_size` (currency per share, 0 when unknown), `params.n_slots`
+  (T, a Python int).
+- Pure JAX (jax, jax.numpy, jax.lax; there is no `jax.nn.safe_div`: define your
+  own); it is jitted and vmapped over days. Work on log
   prices so prices stay positive; scale volumes by positive factors.
 - Every imagined day must stay near its source day, or it is replaced by the real day:
   daily log return within {imagine.return_multiple:g}x max(|the source's|, one daily
   std), one-minute volatility and total volume within {imagine.volatility_multiple:g}x
   and {imagine.volume_multiple:g}x (either way), volume profile within total-variation
-  distance {imagine.profile_distance:g}. The project derives the observation features
-  from the returned price and volume itself.
+  distance {imagine.profile_distance:g}. So scale the day's own log returns and volumes
+  by moderate factors (say 0.5 to 2) rather than generating a new day from nothing.
+  The project derives the observation features from the returned price and volume
+  itself.
 - Aim for days that teach the execution policy something the real days show too rarely
   (turbulent or calm sessions, trends, volume bursts, dips and recoveries)."""
 
@@ -196,7 +202,7 @@ LLM4IMAGINE = MicroPrompt(
     signature="`def imagine(key, price, volume, params)` turns a real day (price, volume: "
     "float32 [T]) into a new one: returns (price [T], volume [T]), float32.",
     inputs="`key`: a JAX PRNG key (use `jax.random`); `price`: float32 [T] minute closes "
-    "(> 0); `volume`: float32 [T] minute volumes (>= 0); `params`: fields "
+    "(> 0); `volume`: float32 [T] minute volumes (>= 0); `params`: only the fields "
     "realized_volatility, volume_profile (float32 [T]), day_volume, mean_minute_volume, "
     "tick_size, n_slots (T, a Python int).",
     default_label="An example (by default training uses real days only)",

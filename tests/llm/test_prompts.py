@@ -28,6 +28,7 @@ from llm.prompts.micro import CODE_RULES
 from llm.validate import load_validated
 from llm.validate.static import ALLOWED_IMPORTS
 from serl_jax.components import reward_term_values, total_reward
+from serl_jax.components.imagination import ImagineParams
 from serl_jax.config import ImagineConfig, MarlConfig
 from serl_jax.envs import EnvParams, EnvState, ExecutionEnv, default_reward
 from serl_jax.envs.market_data import MarketData
@@ -155,6 +156,19 @@ def test_imagination_prompt_states_the_slot_and_the_configured_bounds():
     prompt = design_prompt("imagination", MACRO, "Do Z.", imagine=own)
     assert "training draws 25% of its episodes" in prompt
     assert "within 4x\n  and 2x (either way)" in prompt and "distance 0.3" in prompt
+
+
+def test_imagination_contract_names_exactly_the_fields_of_imagine_params():
+    # "has these six fields and no others": the 1.5B invented fields (volatility_scale,
+    # start); the claim must stay true when ImagineParams changes
+    contract = MICRO_PROMPTS["imagination"].contract
+    named = set(re.findall(r"`params\.(\w+)`", contract))
+    fields = {f.name for f in dataclasses.fields(ImagineParams)}
+    assert named == fields
+    assert f"has these {len(fields)} fields and no others" in " ".join(contract.split())
+    assert all(name in MICRO_PROMPTS["imagination"].inputs for name in fields)
+    # the rules every prompt states: no typing import, helpers defined by the program
+    assert "no `typing`" in CODE_RULES and "typing" not in ALLOWED_IMPORTS
 
 
 def test_refinement_prompt_and_parse_instruction():
