@@ -300,6 +300,39 @@ def test_a_sandbox_failure_stops_the_loop_with_its_cause(tmp_path):
     assert store.iterations() == []
 
 
+def test_programs_differing_only_in_docstrings_and_comments_share_one_key():
+    """As the 1.5B returned the best example (j3-c0 against j1-c0, 2026-11-26): a new
+    docstring, comment and blank lines make no new program; any change of code does."""
+    from serl_jax.loop.outer import _program_key
+
+    base = (
+        "import jax.numpy as jnp\n\n\n"
+        "def reward(prev_state, action, next_state, params):\n"
+        "    fill = next_state.last_qty  # shares filled\n"
+        '    return {"pa": 2.0 * fill, "flat": jnp.float32(0.0)}\n'
+    )
+    restated = (
+        '"""A module docstring."""\n'
+        "import jax.numpy as jnp\n\n"
+        "def reward(prev_state, action, next_state, params):\n"
+        '    """ Improve the reward: a docstring the model added. """\n\n'
+        "    # a comment on its own line\n"
+        "    fill = next_state.last_qty\n"
+        '    return {"pa": 2.0 * fill, "flat": jnp.float32(0.0)}  # same terms\n'
+    )
+
+    def key(code: str) -> str:
+        return _program_key(
+            Candidate("j1-c0", 1, 0, "reward", code=code, reward_code=code,
+                      network_code=DEFAULT_CODE["network"])
+        )  # fmt: skip
+
+    assert key(restated) == key(base)
+    assert key(base.replace("2.0", "3.0")) != key(base)  # a constant
+    assert key(base.replace('"pa"', '"fill"')) != key(base)  # a string that is not a docstring
+    assert key("def reward(:\n") != key("def reward(: \n")  # unparsable: compared as text
+
+
 def _reference_and_reward(store: RunStore) -> list[Candidate]:
     """The reference (two slots) and one reward candidate, proposed in iteration 0."""
     ref = Candidate(
