@@ -148,7 +148,7 @@ def report(level: str, run_dir: Path, seconds: float, log: str) -> None:
     stages = [c.validation.get("stage", "?") for c in rejected]
     counts = ", ".join(f"{s} {stages.count(s)}" for s in ("parse", "static", "runtime"))
     print(f"  rejected: {counts}")
-    for c in rejected[:: max(1, len(rejected) // 3)][:3]:  # a few reasons, verbatim
+    for c in rejected:  # every reason, verbatim: what the contracts must address next
         print(f"    {c.id}: {c.validation.get('stage')}: {c.validation.get('reason', '')[:110]}")
     for u in store.dek_updates():
         s = u["stats"]
@@ -172,6 +172,7 @@ def main() -> None:
         "--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="a config override for every run, e.g. loop.prompt_style=compact (repeatable)",
     )  # fmt: skip
+    parser.add_argument("--out", help="keep each level's run folder under OUT (default: temporary)")
     args = parser.parse_args()
     print(f"date:    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}")
@@ -182,7 +183,8 @@ def main() -> None:
     )
     for level in args.levels.split(","):
         with tempfile.TemporaryDirectory() as tmp:
-            run_dir, seconds, log = run_level(args, level, Path(tmp))
+            out = Path(args.out) / level if args.out else Path(tmp)
+            run_dir, seconds, log = run_level(args, level, out)
             report(level, run_dir, seconds, log)
 
 
