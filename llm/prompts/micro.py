@@ -179,8 +179,8 @@ and training draws {imagine.ratio:.0%} of its episodes from such imagined days
   scalar), `params.tick_size` (currency per share, 0 when unknown), `params.n_slots`
   (T, a Python int).
 - Pure JAX (jax, jax.numpy, jax.lax; there is no `jax.nn.safe_div`: define your
-  own); it is jitted and vmapped over days. Work on log
-  prices so prices stay positive; scale volumes by positive factors.
+  own); it is jitted and vmapped over days. Work on log prices so prices stay
+  positive; scale volumes by positive factors.
 - Every imagined day must stay near its source day, or it is replaced by the real day:
   daily log return within {imagine.return_multiple:g}x max(|the source's|, one daily
   std), one-minute volatility and total volume within {imagine.volatility_multiple:g}x
