@@ -5,7 +5,10 @@ call (:meth:`serl_jax.loop.SERLLoop._ask`), so what a run waits for is the wall 
 that call at K = 1, 4, 8. This script times exactly that call (the backend the loop uses,
 its sampling settings, the real design prompt of ``--module``) and prints, per batch size,
 the tokens generated, seconds, tokens/s over all completions, tokens/s per completion and
-the peak memory.
+the peak memory. With ``--lora-samples N`` it then times one low-level DEK update
+(:meth:`llm.dek.low_level.LowLevelDEK.update`, the default LoRA settings) on N of the
+completions it generated: what a ``--dek low`` run adds per outer iteration, one
+forward and backward pass per candidate.
 
 Two ways to name the model:
 
@@ -29,6 +32,8 @@ Usage::
         --export-architecture /tmp/qwen1.5b-arch
     python benchmarks/bench_hf_throughput.py --architecture /tmp/qwen1.5b-arch \\
         --device cuda --dtype bfloat16 --batch 1,4,8
+    python benchmarks/bench_hf_throughput.py --model qwen2.5-coder-1.5b --threads 2 \\
+        --batch 4 --repeats 1 --lora-samples 4
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from llm.backends.hf import HFBackend  # noqa: E402
+from llm.dek.low_level import LowLevelDEK  # noqa: E402
 from llm.prompts.builder import DEFAULT_INSTRUCTION, design_prompt  # noqa: E402
 from llm.prompts.macro import macro_prompt  # noqa: E402
 
@@ -117,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--repeats", type=int, default=2, help="timed calls per batch size")
     p.add_argument("--module", default="reward", help="whose design prompt to use")
+    p.add_argument("--lora-samples", type=int, default=0, help="time a LoRA update on N")
     args = p.parse_args(argv)
     if (args.model is None) == (args.architecture is None):
         p.error("give exactly one of --model and --architecture")
@@ -149,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         backend.generate([prompt], n=1, temperature=args.temperature, max_new_tokens=8)  # warm-up
         print(f"{'K':>3} | {'tokens':>7} | {'s':>7} | {'tokens/s':>9} | "
               f"{'per completion':>14} | {'s per completion':>16} | peak GB")  # fmt: skip
+        completions = []
         for k in (int(b) for b in args.batch.split(",")):
             for _ in range(args.repeats):
                 if device.type == "cuda":
@@ -161,11 +169,40 @@ def main(argv: list[str] | None = None) -> int:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 s = time.perf_counter() - t
+                completions += rows
                 tokens = sum(len(c.token_ids) for c in rows)
                 print(f"{k:>3} | {tokens:>7,} | {s:>7.1f} | {tokens / s:>9.1f} | "
                       f"{tokens / k / s:>14.1f} | {s / k:>16.2f} | {peak_memory_gb(device):.2f}",
                       flush=True)  # fmt: skip
+        if args.lora_samples:
+            time_lora_update(backend, prompt, completions[-args.lora_samples :])
     return 0
+
+
+def time_lora_update(backend: HFBackend, prompt: str, completions: list) -> None:
+    """Wraps ``backend`` in a fresh LoRA adapter and prints the wall time and peak memory of
+    one update on ``completions`` (their scores 0, 1, ... bps: the cost does not depend on
+    them)."""
+    device = backend.device
+    t = time.perf_counter()
+    dek = LowLevelDEK(backend)
+    wrap_s = time.perf_counter() - t
+    trainable = sum(p.numel() for p in dek.model.parameters() if p.requires_grad)
+    samples = [(prompt, c.token_ids, float(i)) for i, c in enumerate(completions)]
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t = time.perf_counter()
+    stats = dek.update(samples)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    s = time.perf_counter() - t
+    n = stats.num_samples
+    print(f"LoRA:    rank {dek.config.rank} on {', '.join(dek.target_modules)}, "
+          f"{trainable / 1e6:.1f} M trainable parameters (wrapped in {wrap_s:.1f} s)")  # fmt: skip
+    print(f"update:  {n} completions ({sum(stats.num_tokens):,} tokens after a "
+          f"{len(backend.prompt_token_ids(prompt)):,}-token prompt each): {s:.1f} s, "
+          f"{s / max(n, 1):.1f} s per completion, grad norm {stats.grad_norm:.3g}, "
+          f"peak GB {peak_memory_gb(device):.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,7 +17,12 @@ The rules, in order:
 2. a conventional name the code reads but never binds gets its standard import, at the
    top;
 3. an import statement repeated verbatim is dropped;
-4. an import of an allowed module whose name the code never reads is dropped.
+4. an import whose name the code never reads is dropped, whatever its module (the 1.5B's
+   imaginations imported ``typing`` or ``numpy`` and used neither: 5 of 21 rejections in
+   a run of 2026-11-26). A name nothing reads gives the program no capability, so
+   dropping it never lets through what the validator refuses: every import that stays
+   is checked as before. Star imports (``from m import *``) bind unknown names and are
+   left to the validator.
 
 Only module-level imports are touched. The code never runs here: this is text and
 :mod:`ast` only, and the result is validated as any other code.
@@ -116,7 +121,7 @@ def repair(code: str) -> tuple[str, list[str]]:
                 kept.append(standard)
                 bound_by_imports.add(name)
                 changed = True
-            elif _allowed(alias, node) and name not in read:
+            elif name not in read and alias.name != "*":
                 fixes.append(f"dropped the unused import of {alias.name} on line {node.lineno}")
                 changed = True
             else:

@@ -33,15 +33,16 @@ __all__ = [
 
 
 CODE_RULES = f"""\
-Rules (the validator rejects code that breaks one):
+Rules (the validator enforces each):
 - Imports: only {", ".join(sorted(ALLOWED_IMPORTS))}; write `import jax.numpy as jnp`,
   never `import jnp`; no `typing`.
 - The inputs are traced JAX values: no Python `if`, `while`, `and`, `or`, `bool()` or
   `float()` on them; use `jnp.where(cond, a, b)`, `jnp.minimum`, `jnp.maximum`,
   `jnp.clip`.
-- Read only the inputs and fields named here. `params` holds none of your own settings
-  (no `params["weight"]`, no new attribute): write your constants as numbers in the code.
-- Define every helper you call (`safe_div` too): only imports are predefined.
+- Read only the inputs and fields named here, in your function. `params` holds none of
+  your own settings (no `params["weight"]`, no new attribute): write your constants as
+  numbers in the code.
+- Define every helper and constant you use: only imports are predefined.
 - Answer with the complete program, imports included, in one ```python block."""
 """What every generated program must respect, stated in every design prompt (full and
 compact): the validator's import allow-list, no Python control flow on traced values,
@@ -49,7 +50,9 @@ no invented inputs, no undefined helpers. They name the failures recorded for
 Qwen2.5-Coder-1.5B as a designer (``import jnp``, an invented ``params`` key, a Python
 ``if`` on a traced value; on 2026-11-26, 2 of its 4 first reward samples called the
 default program's ``safe_div`` without defining it; its imaginations imported ``typing``
-for type hints and called ``jax.nn.safe_div``)."""
+for type hints and called ``jax.nn.safe_div``; later, 2 of 12 first imagination samples
+used the example's ``VOL_SCALE`` without defining it and 2 read ``params`` at module
+level)."""
 
 
 def _names(cls: type, skip: tuple[str, ...] = ()) -> str:
@@ -172,8 +175,8 @@ and training draws {imagine.ratio:.0%} of its episodes from such imagined days
   `price`: float32 [T] minute closes of the real day (currency per share, > 0);
   `volume`: float32 [T] minute volumes (the data's units, >= 0); T minutes a day.
 - `params` has these {len(fields(ImagineParams))} fields and no others:
-  `params.realized_volatility` (std of the day's T - 1 one-minute log returns, a
-  fraction: 1e-3 = 10 bps), `params.volume_profile` (float32 [T], the day's share of
+  `params.realized_volatility` (a scalar: the std of the day's T - 1 one-minute log
+  returns, a fraction: 1e-3 = 10 bps), `params.volume_profile` (float32 [T], the day's share of
   volume per minute, sums to 1), `params.day_volume` (volume units),
   `params.mean_minute_volume` (the symbol's mean volume per minute on training days, a
   scalar), `params.tick_size` (currency per share, 0 when unknown), `params.n_slots`

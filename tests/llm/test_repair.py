@@ -47,10 +47,32 @@ def test_repeated_and_unused_imports_are_dropped():
     assert code == "import math\n\ndef f(x):\n    return math.sqrt(x)\n"
 
 
+def test_unused_imports_of_refused_modules_are_dropped_and_the_result_passes_stage_1():
+    # j1-c4 of the 1.5B's imagination run of 2026-11-26 (the contract's example with an
+    # unused typing import) and j1-c12 (its retry of another sample, an unused numpy).
+    body = (
+        "\nVOL_SCALE = 1.5\n\n\ndef imagine(key, price, volume, params):\n"
+        "    log_price = jnp.log(price)\n"
+        "    return jnp.exp(log_price[0] + VOL_SCALE * (log_price - log_price[0])), volume\n"
+    )
+    for line, module in (("from typing import Tuple", "Tuple"), ("import numpy as np", "numpy")):
+        source = f"import jax.numpy as jnp\n{line}\n{body}"
+        with pytest.raises(Exception, match="is not allowed"):
+            check_static(source, "imagination")
+        code, fixes = repair(source)
+        assert code == "import jax.numpy as jnp\n" + body
+        assert fixes == [f"dropped the unused import of {module} on line 2"]
+        check_static(code, "imagination")
+
+
 @pytest.mark.parametrize(
     "source",
     [
         "import jax.numpy as jnp\n" + REWARD_BODY,  # nothing to fix
+        "from typing import Tuple\nimport jax.numpy as jnp\n"
+        + REWARD_BODY.replace("params):", "params) -> Tuple:"),  # read in a hint: refused
+        "from jax.numpy import *\n"
+        + REWARD_BODY.replace("jnp.where", "where"),  # binds unknown names: refused
         "import os\nimport jax.numpy as jnp\n"
         + REWARD_BODY.replace("jnp.where", "os.getcwd() or jnp.where"),  # for validation
         "def f(:\n",  # does not parse: left to validation
