@@ -57,7 +57,6 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa
 from llm.backends.hf import HFBackend  # noqa: E402
 from llm.dek.low_level import LowLevelDEK  # noqa: E402
 from llm.prompts.builder import DEFAULT_INSTRUCTION, design_prompt  # noqa: E402
-from llm.prompts.macro import macro_prompt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,15 +67,13 @@ def real_prompt(module: str) -> str:
     from serl_jax.config import load_config
     from serl_jax.envs import ExecutionEnv, MarketData
     from serl_jax.experiment import load_splits
+    from serl_jax.loop.outer import run_macro_prompt
 
     cfg = load_config(None)
     splits = load_splits(cfg, "sample:cn_1min")
     data = MarketData.from_episodes(splits.train)
-    macro = macro_prompt(
-        ExecutionEnv().observation_size(cfg.env_params(data)), data.num_features,
-        int(cfg.env["lookback"]), score=cfg.loop.score,
-        child_quantity=str(cfg.env["child_quantity"]),
-    )  # fmt: skip
+    obs_dim = ExecutionEnv().observation_size(cfg.env_params(data))
+    macro = run_macro_prompt(cfg, obs_dim, data.num_features)
     return design_prompt(module, macro, DEFAULT_INSTRUCTION, imagine=cfg.imagine, marl=cfg.marl)
 
 

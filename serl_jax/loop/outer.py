@@ -76,7 +76,13 @@ from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore
 from serl_jax.metrics import paired_difference
 
-__all__ = ["LoopOutcome", "SERLLoop", "candidate_feedback", "paired_with_reference"]
+__all__ = [
+    "LoopOutcome",
+    "SERLLoop",
+    "candidate_feedback",
+    "paired_with_reference",
+    "run_macro_prompt",
+]
 
 REFERENCE_ID = "j0-default"
 
@@ -308,6 +314,29 @@ def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
     return "\n".join(lines)
 
 
+def run_macro_prompt(
+    cfg: Config, obs_dim: int, num_features: int, communication: bool = False
+) -> str:
+    """The macro prompt of a run: :func:`llm.prompts.macro_prompt` with the run's
+    lookback, score, child order type and agents.
+
+    Args:
+        cfg: the run configuration (``env``, ``loop``, ``marl``).
+        obs_dim, num_features: observation size D and market features per slot F.
+        communication: the agents exchange messages even if ``loop.modules`` does not
+            design a communication module (a reference communication program is given).
+
+    Returns:
+        The prompt text.
+    """
+    return macro_prompt(
+        obs_dim, num_features, int(cfg.env["lookback"]), score=cfg.loop.score,
+        child_quantity=str(cfg.env["child_quantity"]), agents=cfg.marl.agents,
+        scenario=cfg.marl.scenario, algorithm=cfg.marl.algorithm,
+        communication=communication or "communication" in cfg.loop.modules,
+    )  # fmt: skip
+
+
 class SERLLoop:
     """Runs the outer loop on one market, recording everything in a :class:`RunStore`.
 
@@ -358,12 +387,9 @@ class SERLLoop:
         self.low_level = low_level
         self.log = log or (lambda s: None)
         self.score_label = LOOP_SCORES[cfg.loop.score]
-        self.macro = macro_prompt(
-            obs_dim, num_features, int(cfg.env["lookback"]), score=cfg.loop.score,
-            child_quantity=str(cfg.env["child_quantity"]), agents=cfg.marl.agents,
-            scenario=cfg.marl.scenario, algorithm=cfg.marl.algorithm,
-            communication=bool(communication_code) or "communication" in cfg.loop.modules,
-        )  # fmt: skip
+        self.macro = run_macro_prompt(
+            cfg, obs_dim, num_features, communication=bool(communication_code)
+        )
         self.config_dict = cfg.to_dict()
         #: In-context examples and instruction refinement (the high-level DEK).
         self.high_level = cfg.dek.level in ("high", "both")
