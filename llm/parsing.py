@@ -19,7 +19,8 @@ parses with :func:`ast.parse`; whether it is *acceptable* is decided later by
 
 :func:`code_block_end` tells a generator where it may stop: after the line that closes
 the first Python block (what a small model writes after it is prose or more code that
-rule 1 reads only when that block does not parse).
+rule 1 reads only when that block does not parse). :func:`program_text` tells whether two
+programs are the same one.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import ast
 import re
 import textwrap
 
-__all__ = ["ParseError", "code_block_end", "extract_code"]
+__all__ = ["ParseError", "code_block_end", "extract_code", "program_text"]
 
 _PYTHON_TAGS = frozenset({"", "python", "py", "python3"})
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^`]*$")
@@ -168,3 +169,33 @@ def code_block_end(completion: str) -> int | None:
                 return offset
             tag = None
     return None
+
+
+def program_text(code: str) -> str:
+    """``code`` as the interpreter sees it: its syntax tree without docstrings (comments,
+    blank lines and formatting are not in it), or the text itself when it does not
+    parse. Two programs are the same one when their texts are equal. A small model given
+    in-context examples often returns the best one with only a new docstring or comment
+    (Qwen2.5-Coder-1.5B, 2026-11-26); that is the same program, and training it again
+    would only repeat its score.
+
+    Args:
+        code: Python source.
+
+    Returns:
+        :func:`ast.dump` of the docstring-free tree, or ``code`` when it does not parse.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)

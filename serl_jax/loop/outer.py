@@ -40,7 +40,6 @@ continues where a killed run stopped, without generating or evaluating anything 
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import shutil
 import sys
@@ -54,7 +53,7 @@ import numpy as np
 
 from llm.backends import Backend
 from llm.dek import BufferEntry, InstructionBuffer
-from llm.parsing import ParseError, extract_code
+from llm.parsing import ParseError, extract_code, program_text
 from llm.prompts import (
     COMPACT_INSTRUCTION,
     DEFAULT_CODE,
@@ -118,31 +117,10 @@ FAILURE_STAGES = ("parse", "static", "runtime", "training")
 SLOTS = ("reward", "network", "imagination", "profiling", "communication")
 
 
-def _program_text(code: str) -> str:
-    """``code`` as the interpreter sees it: its syntax tree without docstrings (comments,
-    blank lines and formatting are not in it), or the text itself when it does not
-    parse. A small model given in-context examples often returns the best one with only
-    a new docstring or comment (Qwen2.5-Coder-1.5B, 2026-11-26); that is the same
-    program, and training it again would only repeat its score."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return code
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = node.body[0] if node.body else None
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                node.body = node.body[1:] or [ast.Pass()]
-    return ast.dump(tree)
-
-
 def _program_key(cand: Candidate) -> str:
-    """One key per distinct program: the candidate's slots, each as :func:`_program_text`."""
-    joined = "\0".join(_program_text(cand.slot_code(kind)) for kind in SLOTS)
+    """One key per distinct program: the candidate's slots, each as
+    :func:`llm.parsing.program_text`."""
+    joined = "\0".join(program_text(cand.slot_code(kind)) for kind in SLOTS)
     return hashlib.sha256(joined.encode()).hexdigest()
 
 

@@ -8,7 +8,7 @@ import doctest
 import pytest
 
 import llm.parsing
-from llm.parsing import ParseError, code_block_end, extract_code
+from llm.parsing import ParseError, code_block_end, extract_code, program_text
 
 REWARD = "def reward(prev_state, action, next_state, params):\n    return 0.0\n"
 
@@ -115,3 +115,19 @@ def test_code_block_end(text, end):
     assert code_block_end(text) == end
     if end is not None:
         assert extract_code(text[:end]) == extract_code(text)
+
+
+def test_program_text_ignores_docstrings_comments_and_layout_but_not_code():
+    example = (
+        "VOL_SCALE = 1.5\n\n\ndef imagine(key, price, volume, params):\n    return price, volume\n"
+    )
+    copy = (
+        '"""Scales the returns."""\nVOL_SCALE = 1.5  # the scale\n'
+        'def imagine(key, price, volume, params):\n    """Imagines."""\n\n'
+        "    return (price, volume)\n"
+    )
+    assert program_text(copy) == program_text(example)
+    assert program_text(example.replace("1.5", "2.0")) != program_text(example)
+    assert program_text("def f(:\n") == "def f(:\n"  # does not parse: the text itself
+    # a function whose body is only a docstring keeps a body
+    assert program_text('def f():\n    """Doc."""\n') == program_text("def f():\n    pass\n")
