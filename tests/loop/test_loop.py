@@ -2,10 +2,10 @@
 at the tiny preset, killed during iteration 1 and resumed through the CLI.
 
 The script answers each reward prompt with a valid reward and a non-answer, and each
-network prompt with a valid network and a hostile one (``import os``); the refinement
+network prompt with a valid network and a hostile one (it uses ``os``); the refinement
 prompt (iteration 3 at ``refine_every=2``, so not reached here) is scripted anyway.
 Self-debugging (``loop.repair_attempts``, 2 by default) sends the two rejected
-candidates back: in round 1 the non-answer comes back as ``import os`` (rejected again)
+candidates back: in round 1 the non-answer comes back as the hostile one (rejected again)
 and the hostile network as the valid one; in round 2 the twice-rejected reward comes back
 as the valid reward. Both fixed programs equal earlier candidates, so nothing more trains.
 """
@@ -36,6 +36,10 @@ def _fence(path: Path) -> str:
     return f"A change:\n```python\n{path.read_text()}```\n"
 
 
+# An import the validator refuses, used (the repair pass drops an unused one).
+HOSTILE = "```python\nimport os\n\nos.getcwd()\n```"
+
+
 @pytest.fixture(scope="module")
 def resumed_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serl")
@@ -46,14 +50,14 @@ def resumed_run(tmp_path_factory):
                 "completions": {
                     # first key: every debug prompt also holds its module's line
                     REJECTED_HEADING: [
-                        "```python\nimport os\n```",
+                        HOSTILE,
                         _fence(PROGRAMS / "ok_small_mlp_network.txt"),
                         _fence(PROGRAMS / "ok_reward_terms.txt"),
                     ],
                     "LLM4Reward": [_fence(PROGRAMS / "ok_reward_terms.txt"), "I cannot help."],
                     "LLM4Agent": [
                         _fence(PROGRAMS / "ok_small_mlp_network.txt"),
-                        "```python\nimport os\n```",
+                        HOSTILE,
                     ],
                     "InstructionRefinement": ["```text\nTrade evenly.\n```"],
                 },
@@ -173,10 +177,7 @@ def test_errors_and_reflection_are_fed_back(resumed_run):
         "(no ```python block)\nThe validator rejected it at the parse stage"
         in (debug_parse["prompt"])
     )
-    assert (
-        "```python\nimport os\n```\nThe validator rejected it at the static stage"
-        in (debug_static["prompt"])
-    )
+    assert f"{HOSTILE}\nThe validator rejected it at the static stage" in (debug_static["prompt"])
     assert "import of 'os' is not allowed" in debug_static["prompt"]
     # round 2 answers the round-1 retry: its own prompt once, then the new error
     assert debug_twice["prompt"].startswith(reward["prompt"].rstrip())
