@@ -7,10 +7,10 @@ iteration j >= 1 and module: the first samples K, the share that passes stage 1
 the sampled code as it is (validated again here, without the repair pass), after the
 repair pass (the loop's own verdict) and after repair and self-debugging (the sample or
 one of its retries, ``loop.repair_attempts`` rounds, passed), the share that passed with a
-program other than the one the prompt shows (``new``: not the module's default or example
-code, :data:`llm.prompts.DEFAULT_CODE`, up to docstrings, comments and layout; the 1.5B
-returned the imagination example unchanged in 9 of its 10 valid first samples on
-2026-11-26), how many trained, and the
+program other than those the prompts show (``new``: not the module's default code,
+:data:`llm.prompts.DEFAULT_CODE`, nor one of its micro prompt's ``examples``, up to
+docstrings, comments and layout; shown one example, the 1.5B returned it unchanged in 9
+of its 12 valid imaginations on 2026-11-26), how many trained, and the
 validation shortfall and PA of the trained ones (bps); then the designer's tokens/s and
 seconds per valid candidate (wall time of the designer calls over the candidates that
 passed stage 2). With the low-level DEK it also prints each LoRA update's loss and the
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from llm.parsing import ParseError, extract_code, program_text
-from llm.prompts import DEFAULT_CODE
+from llm.prompts import DEFAULT_CODE, MICRO_PROMPTS
 from llm.validate import Limits, validate
 from serl_jax import train
 from serl_jax.loop import RunStore
@@ -133,8 +133,9 @@ def report(level: str, run_dir: Path, seconds: float | None, log: str | None) ->
             stage_1 = sum((c.validation or {}).get("stage") not in STAGE_1 for c in first)
             stage_2 = sum(bool((c.validation or {}).get("ok")) for c in first)
             passed = [p for c in first if (p := _chain_passed(c, by_retry)) is not None]
-            shown = program_text(DEFAULT_CODE[module])
-            new = sum(program_text(p.code) != shown for p in passed)
+            examples = (DEFAULT_CODE[module], *MICRO_PROMPTS[module].examples)
+            shown = {program_text(code) for code in examples}
+            new = sum(program_text(p.code) not in shown for p in passed)
             retries = sum(c.module == module and c.attempt > 0 for c in cands)
             trained = [c for c in cands if c.module == module and c.status == "evaluated"]
             print(

@@ -87,11 +87,14 @@ def export_architecture(spec: str, out: Path) -> None:
     print(f"wrote {sorted(p.name for p in out.iterdir())} to {out}")
 
 
-def random_model_folder(arch: Path, dtype: str, out: Path) -> Path:
-    """A model folder with ``arch``'s config and tokenizer and random weights."""
+def random_model_folder(arch: Path, dtype: str, out: Path, device: str = "cpu") -> Path:
+    """A model folder with ``arch``'s config and tokenizer and random weights, drawn on
+    ``device`` (on a GPU this takes seconds where the CPU takes about a minute for 1.5 B
+    parameters)."""
     config = AutoConfig.from_pretrained(arch, local_files_only=True)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(arch, local_files_only=True).save_pretrained(out)
     gen = arch / "generation_config.json"
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         source = args.model
         if args.architecture:
-            source = str(random_model_folder(args.architecture, args.dtype, Path(tmp)))
+            init = "cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"
+            source = str(random_model_folder(args.architecture, args.dtype, Path(tmp), init))
         backend = HFBackend(source, device=args.device, dtype=args.dtype, threads=args.threads)
         load_s = time.perf_counter() - t0
         params = sum(p.numel() for p in backend.model.parameters())

@@ -314,6 +314,12 @@ class LoopConfig:
             or network, 512 for an imagination, 320 for an instruction refinement).
         buffer_size: entries kept in the instruction buffer (best by score).
         num_examples: best past candidates shown in each prompt (in-context pairs).
+        vary_examples: show each sample of an iteration a different example program, in
+            turn, for the modules whose micro prompt has several
+            (:class:`llm.prompts.MicroPrompt`'s ``examples``: LLM4Imagine shows the design
+            library's five imaginations); off, every sample sees the one default example.
+            Shown one example, Qwen2.5-Coder-1.5B returned it unchanged in 9 of its 12
+            valid imaginations (2026-11-26).
         refine_every: macro-micro refinement of the instructions every this many
             iterations (0: never).
         workers: candidates trained at once in separate processes (1: in this process,
@@ -411,6 +417,7 @@ class LoopConfig:
     max_new_tokens: int = 1024
     buffer_size: int = 32
     num_examples: int = 4
+    vary_examples: bool = True
     refine_every: int = 2
     workers: int = 1
     executor: str = "local"

@@ -136,6 +136,7 @@ def design_prompt(
     score_label: str = "PA",
     imagine: ImagineConfig | None = None,
     marl: MarlConfig | None = None,
+    example: str | None = None,
 ) -> str:
     """The prompt asking for one module's code.
 
@@ -151,6 +152,9 @@ def design_prompt(
         marl: the run's ``marl`` section, whose agents, algorithm, scenario and
             evaluation profiles the LLM4Profiling and LLM4Communication contracts state
             (default: the contracts for two agents).
+        example: the program shown after the contract (default: the module's
+            ``default_code``; the loop passes one of the micro prompt's ``examples`` per
+            sample).
 
     Returns:
         The prompt text.
@@ -159,6 +163,7 @@ def design_prompt(
         KeyError: unknown ``kind``.
     """
     micro = MICRO_PROMPTS[kind]
+    shown = micro.default_code if example is None else example
     contract = micro.contract
     if kind == "imagination" and imagine is not None:
         contract = imagination_contract(imagine)
@@ -171,7 +176,7 @@ def design_prompt(
         f"MODULE: {micro.module}",
         contract,
         CODE_RULES,
-        f"{micro.default_label}:\n```python\n{micro.default_code.rstrip()}\n```",
+        f"{micro.default_label}:\n```python\n{shown.rstrip()}\n```",
     ]
     if examples:
         shown = [f"## Past candidates (ascending {score_label}, best last)"]

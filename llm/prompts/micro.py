@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from llm.designs import library
 from llm.prompts.defaults import DEFAULT_CODE
 from llm.prompts.macro import field_docs
 from llm.validate.static import ALLOWED_IMPORTS
@@ -78,6 +79,10 @@ class MicroPrompt:
             communication 177; measured 2026-11-24), rounded up to a multiple of 64, so a
             small model that does not stop wastes little time.
         default_label: how the prompt introduces ``default_code``.
+        examples: programs the loop shows in turn in place of ``default_code``, one per
+            sample of an iteration (``loop.vary_examples``), for a module whose program
+            there is an example rather than an incumbent to improve (LLM4Imagine: the
+            design library's imaginations); empty: every sample sees ``default_code``.
         signature: the entry point and what it returns, one line (the compact prompt's
             contract with ``inputs`` and :data:`CODE_RULES`,
             :func:`llm.prompts.compact_prompt`).
@@ -93,6 +98,7 @@ class MicroPrompt:
     signature: str
     inputs: str
     default_label: str = "Current default implementation"
+    examples: tuple[str, ...] = ()
 
 
 LLM4REWARD = MicroPrompt(
@@ -193,7 +199,9 @@ and training draws {imagine.ratio:.0%} of its episodes from such imagined days
   The project derives the observation features from the returned price and volume
   itself.
 - Aim for days that teach the execution policy something the real days show too rarely
-  (turbulent or calm sessions, trends, volume bursts, dips and recoveries)."""
+  (turbulent or calm sessions, trends, volume bursts, dips and recoveries). The example
+  shows one such idea: write another one, a different change to the day's dynamics,
+  not the example again with other numbers."""
 
 
 LLM4IMAGINE = MicroPrompt(
@@ -209,6 +217,7 @@ LLM4IMAGINE = MicroPrompt(
     "realized_volatility, volume_profile (float32 [T]), day_volume, mean_minute_volume, "
     "tick_size, n_slots (T, a Python int).",
     default_label="An example (by default training uses real days only)",
+    examples=tuple(design.code for design in library("imagination")),
 )
 
 

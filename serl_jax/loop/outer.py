@@ -471,26 +471,43 @@ class SERLLoop:
             examples = (
                 self.buffer.examples(self.loop.num_examples, module) if self.high_level else []
             )
-            if self.loop.prompt_style == "compact":  # the best past candidate, or the default
-                base = examples[-1].code if examples else DEFAULT_CODE[module]
-                prompt = compact_prompt(module, base, instruction)
-            else:
-                prompt = design_prompt(
-                    module, self.macro, instruction, examples, feedback,
-                    score_label=self.score_label, imagine=self.cfg.imagine, marl=self.cfg.marl,
-                )  # fmt: skip
-            [completions] = self._ask(module, [prompt], k, f"[j={j}] {module}: ")
-            prompts.append((module, "design", prompt, completions, None))
-            for completion in completions:
-                cand = self._candidate(
-                    j, idx, module, instruction, completion, incumbent,
-                    parent_ids=[incumbent.id],
-                )  # fmt: skip
-                candidates.append((len(prompts) - 1, cand))
-                idx += 1
+            shown = MICRO_PROMPTS[module].examples if self.loop.vary_examples else ()
+            texts = [
+                self._design_text(module, instruction, examples, feedback, example)
+                for example in ([shown[i % len(shown)] for i in range(k)] if shown else [None])
+            ]
+            # One prompt: k samples of it; one prompt per sample: one sample each.
+            answers = self._ask(module, texts, 1 if shown else k, f"[j={j}] {module}: ")
+            for prompt, completions in zip(texts, answers, strict=True):
+                prompts.append((module, "design", prompt, completions, None))
+                for completion in completions:
+                    cand = self._candidate(
+                        j, idx, module, instruction, completion, incumbent,
+                        parent_ids=[incumbent.id],
+                    )  # fmt: skip
+                    candidates.append((len(prompts) - 1, cand))
+                    idx += 1
         self.store.add_proposals(j, prompts, candidates)
         for _, cand in candidates:
             self._report_candidate(cand)
+
+    def _design_text(
+        self,
+        module: str,
+        instruction: str,
+        examples: list[BufferEntry],
+        feedback: str,
+        example: str | None,
+    ) -> str:
+        """One design prompt for ``module`` in the run's ``loop.prompt_style``, showing
+        ``example`` (None: the module's default) where no past candidate is shown."""
+        if self.loop.prompt_style == "compact":  # the best past candidate, or the example
+            base = examples[-1].code if examples else example or DEFAULT_CODE[module]
+            return compact_prompt(module, base, instruction)
+        return design_prompt(
+            module, self.macro, instruction, examples, feedback, score_label=self.score_label,
+            imagine=self.cfg.imagine, marl=self.cfg.marl, example=example,
+        )  # fmt: skip
 
     def _ask(self, module: str, prompts: list[str], n: int, label: str) -> list[list[str]]:
         """One designer call: ``n`` completions per prompt within the module's token

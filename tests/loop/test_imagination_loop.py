@@ -63,7 +63,9 @@ def imagination_run(tmp_path_factory):
 
 def test_the_imagination_prompt_states_the_contract(imagination_run):
     store = RunStore.open(imagination_run)
-    [row] = store.prompts(1)
+    rows = store.prompts(1)
+    assert len(rows) == 2  # one prompt per sample, each with its own example
+    row = rows[0]
     assert row["module"] == "imagination"
     text = row["prompt"]
     assert "MODULE: LLM4Imagine" in text

@@ -521,3 +521,42 @@ def test_compact_prompts_show_the_best_program_and_one_edit(tmp_path):
     for prompt in backend.prompts:
         assert f"Task: {COMPACT_INSTRUCTION}" in prompt
         assert "## Feedback" not in prompt and "# Task: optimal execution" not in prompt
+
+
+@pytest.mark.parametrize("vary", [True, False])
+def test_imagination_samples_each_see_another_library_example(tmp_path, vary):
+    """No training: with ``loop.vary_examples`` each imagination sample of an iteration
+    is asked with its own prompt, showing the design library's imaginations in turn
+    (sample i: design i mod 5), and answers that prompt; off, one prompt shows the
+    default example and is sampled ``candidates`` times."""
+    from llm.designs import library
+
+    cfg = load_config(
+        TINY,
+        ["loop.modules=[imagination]", "loop.candidates=6", f"loop.vary_examples={vary}"],
+    )
+    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
+    reference = Candidate(
+        id="j0-default", iteration=0, idx=0, module="default", status="evaluated",
+        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
+        score=-20.0, metrics={},
+    )  # fmt: skip
+    store.add_proposals(0, [], [(None, reference)])
+    backend = ScriptedBackend([_fence(PROGRAMS / "ok_reward_terms.txt")], cycle=True)
+    loop = SERLLoop(cfg, backend, store, obs_dim=10, num_features=5, log=None)
+    loop._propose(1)
+    designs = [d.code for d in library("imagination")]
+    asked = {row["id"]: row["prompt"] for row in store.prompts(1)}
+    cands = store.candidates(1)
+    assert [c.id for c in cands] == [f"j1-c{i}" for i in range(6)]
+    if vary:
+        assert [call["n"] for call in backend.calls] == [1]
+        assert len(backend.prompts) == 6 and len(asked) == 6
+        for i, cand in enumerate(cands):
+            shown = [d for d in designs if f"```python\n{d.rstrip()}\n```" in asked[cand.prompt_id]]
+            assert shown == [designs[i % 5]]
+    else:
+        assert [call["n"] for call in backend.calls] == [6]
+        [prompt] = backend.prompts
+        assert f"```python\n{DEFAULT_CODE['imagination'].rstrip()}\n```" in prompt
+        assert {c.prompt_id for c in cands} == set(asked)
