@@ -7,11 +7,13 @@ dataclasses) but not torch.
 
 from llm.prompts.builder import (
     COMPACT_INSTRUCTION,
+    DEBUG_HINTS,
     DEFAULT_INSTRUCTION,
     REFINEMENT_MODULE,
     REFINEMENT_TOKENS,
     REJECTED_HEADING,
     compact_prompt,
+    debug_hint,
     debug_prompt,
     design_prompt,
     parse_instruction,
@@ -23,6 +25,7 @@ from llm.prompts.micro import MICRO_PROMPTS, MicroPrompt
 
 __all__ = [
     "COMPACT_INSTRUCTION",
+    "DEBUG_HINTS",
     "DEFAULT_CODE",
     "DEFAULT_INSTRUCTION",
     "MICRO_PROMPTS",
@@ -31,6 +34,7 @@ __all__ = [
     "REJECTED_HEADING",
     "MicroPrompt",
     "compact_prompt",
+    "debug_hint",
     "debug_prompt",
     "design_prompt",
     "field_docs",

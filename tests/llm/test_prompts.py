@@ -323,6 +323,7 @@ def test_the_debug_prompt_returns_the_error_after_the_original_prompt():
         "MODULE: LLM4Reward\n\nWrite a reward.\nAnswer with code.\n\n"
         f"{REJECTED_HEADING}\n```python\nimport os\n```\n"
         "The validator rejected it at the static stage: import of 'os' no\n"
+        "Delete that import and every use of it; use only the allowed modules.\n"
         "Fix that error and keep the rest of the design. Answer with one ```python block "
         "holding the complete code (imports and `def reward`).\n"
     )
@@ -331,6 +332,56 @@ def test_the_debug_prompt_returns_the_error_after_the_original_prompt():
     assert second.startswith(original.rstrip() + "\n\n" + REJECTED_HEADING + "\n(no ```python")
     with pytest.raises(KeyError):
         debug_prompt("nope", original, "", "parse", "x")
+
+
+# Reasons the validator gave Qwen2.5-Coder-1.5B's imaginations on 2026-11-26 (runs 4 and
+# 5), each with the start of the hint it gets.
+RECORDED_REASONS = [
+    ("line 2: import from 'typing' is not allowed (allowed: flax.linen, functools, jax, "
+     "jax.lax, jax.nn, jax.numpy, jax.random, math)", "Delete that import and every use of "
+     "it, type hints included"),
+    ("line 2: import of 'jax.numpy.linalg' is not allowed (allowed: flax.linen, functools, "
+     "jax, jax.lax, jax.nn, jax.numpy, jax.random, math)", "Delete that import and every use "
+     "of it; use only"),
+    ("line 3: star imports are not allowed", "Replace `from ... import *`"),
+    ("line 5: function '__init__' contains '__' (dunder names are not allowed)",
+     "Remove every name with two underscores"),
+    ("no top-level function 'def imagine(key, price, volume, params)'",
+     "Write the entry point exactly"),
+    ("TypeError: 'imagine' is not a function", "Write the entry point exactly"),
+    ("line 8: TracerBoolConversionError: Attempted boolean conversion of traced array with "
+     "shape bool[]. This BatchTracer with object id 140082097115328 was", "A Python `if`"),
+    ("line 9: ValueError: The truth value of an array with more than one element is "
+     "ambiguous. Use a.any() or a.all()", "A Python `if`"),
+    ("line 9: TypeError: Only scalar arrays can be converted to Python scalars; got "
+     "arr.ndim=1", "A Python `if`"),
+    ("line 10: NameError: name 'params' is not defined", "`params` exists only inside"),
+    ("line 6: NameError: name 'VOL_SCALE' is not defined", "Define that name"),
+    ("ValueError: imagined volatility out of bounds on day 0 of 12: 0x the source's, "
+     "allowed [1/4, 4]", "The imagined day moved too far"),
+    ("ValueError: imagined volume has shape (12, 389), expected (12, 390) (the source "
+     "day's)", "Return arrays of exactly the shape"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("reason", "start"), RECORDED_REASONS)
+def test_recorded_rejections_get_the_hint_for_their_kind_of_error(reason, start):
+    """Self-debugging: each recorded reason of the 1.5B gets the fix hint for its kind
+    of error in the debug prompt, on the line after the reason."""
+    from llm.prompts import debug_hint, debug_prompt
+
+    assert debug_hint(reason).startswith(start)
+    text = debug_prompt("imagination", "MODULE: LLM4Imagine\n", "x = 1\n", "static", reason)
+    assert f"{' '.join(reason.split())}\n{debug_hint(reason)}\nFix that error" in text
+
+
+def test_an_error_without_a_hint_gets_the_plain_debug_prompt():
+    from llm.prompts import debug_hint, debug_prompt
+
+    reason = "line 3: class keywords (metaclass=...) are not allowed"
+    assert debug_hint(reason) == ""
+    text = debug_prompt("network", "MODULE: LLM4Agent\n", "x = 1\n", "static", reason)
+    assert f"{reason}\nFix that error and keep the rest of the design." in text
 
 
 def test_every_design_prompt_states_the_rules_the_validator_checks():
