@@ -10,7 +10,8 @@ one of its retries, ``loop.repair_attempts`` rounds, passed), the share that pas
 program other than those the prompts show (``new``: not the module's default code,
 :data:`llm.prompts.DEFAULT_CODE`, nor one of its micro prompt's ``examples``, up to
 docstrings, comments and layout; shown one example, the 1.5B returned it unchanged in 9
-of its 12 valid imaginations on 2026-11-26), how many trained, and the
+of its 12 valid imaginations on 2026-11-26), how many distinct programs passed
+(``distinct``, compared the same way, examples included), how many trained, and the
 validation shortfall and PA of the trained ones (bps); then the designer's tokens/s and
 seconds per valid candidate (wall time of the designer calls over the candidates that
 passed stage 2). With the low-level DEK it also prints each LoRA update's loss and the
@@ -119,7 +120,7 @@ def report(level: str, run_dir: Path, seconds: float | None, log: str | None) ->
     print(f"--dek {level}  ({'' if seconds is None else f'{seconds:.0f} s, '}{run_dir})")
     print(
         "  j  module         K  stage 1 raw/repaired  stage 2 raw/repaired/+retries  "
-        "new  retries  trained  shortfall(trained)  PA(trained)"
+        "new  distinct  retries  trained  shortfall(trained)  PA(trained)"
     )
     everything = store.candidates()
     for j in range(1, 1 + max(c.iteration for c in everything)):
@@ -136,12 +137,13 @@ def report(level: str, run_dir: Path, seconds: float | None, log: str | None) ->
             examples = (DEFAULT_CODE[module], *MICRO_PROMPTS[module].examples)
             shown = {program_text(code) for code in examples}
             new = sum(program_text(p.code) not in shown for p in passed)
+            distinct = len({program_text(p.code) for p in passed})
             retries = sum(c.module == module and c.attempt > 0 for c in cands)
             trained = [c for c in cands if c.module == module and c.status == "evaluated"]
             print(
                 f"  {j}  {module:<13}{k:2d}  {raw_1 / k:9.0%}/{stage_1 / k:<9.0%}"
                 f"  {raw_2 / k:9.0%}/{stage_2 / k:.0%}/{len(passed) / k:<11.0%}"
-                f"  {new / k:4.0%}  {retries:7d}  {len(trained):7d}"
+                f"  {new / k:4.0%}  {distinct:8d}  {retries:7d}  {len(trained):7d}"
                 f"  {_mean([c.metrics['shortfall'] for c in trained]):>18}"
                 f"  {_mean([c.metrics['pa'] for c in trained]):>11}"
             )

@@ -300,6 +300,9 @@ def test_train_with_an_imagination_program(tmp_path, capsys):
     entry = json.loads((run_dir / "metrics.json").read_text())["markets"]["us_1min"]
     assert entry["imagination"]["program"] == "flash_dip"
     assert entry["imagination"]["imagined_share"] == 0.5
+    # realized: the mean over 4 updates of k of 16 lanes (ppo.num_envs) on imagined days
+    lanes = entry["imagination"]["lane_share"] * 16 * 4
+    assert 0 <= lanes <= 64 and lanes == pytest.approx(round(lanes))
     assert entry["imagination"]["out_of_bounds"] == 0.0
 
 

@@ -348,6 +348,7 @@ def test_pool_is_fresh_every_update_except_the_days_in_use(us_market):
         in_use[episodes[episodes >= n_real] - n_real] = True
         before = np.asarray(runner.pool.price)
         runner, metrics = update(runner)
+        assert float(metrics["imagined_lane_share"]) == pytest.approx(np.mean(episodes >= n_real))
         after = np.asarray(runner.pool.price)
         np.testing.assert_array_equal(after[in_use], before[in_use])
         assert (np.abs(after[~in_use] - before[~in_use]).max(axis=1) > 0).all()

@@ -430,7 +430,8 @@ def _score(
         return _failed(metrics, t_start)
     metrics["devices"] = trained.devices
     if reflection is not None:
-        metrics["imagination"] = reflection
+        lanes = np.asarray(trained.curves["imagined_lane_share"])[seed]
+        metrics["imagination"] = {**reflection, "lane_share": float(lanes.mean())}
     recorded = final.recorded
     if not isinstance(recorded, dict):  # a switched recorder's [N, T, M] term vectors
         recorded = {name: recorded[:, :, i] for i, name in enumerate(sums)}

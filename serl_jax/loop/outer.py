@@ -264,9 +264,12 @@ def candidate_feedback(cand: Candidate, max_terms: int = 8) -> str:
     imagined = m.get("imagination")
     if imagined:
         real, fake = imagined["real"], imagined["imagined"]
+        lanes = imagined.get("lane_share")
         lines.append(
             f"  imagined vs real training days (mean per day; "
-            f"{_fmt(imagined['out_of_bounds'], '.0%')} out of bounds, replayed real): "
+            f"{_fmt(imagined['out_of_bounds'], '.0%')} out of bounds, replayed real"
+            + ("" if lanes is None else f"; {lanes:.0%} of training lanes on imagined days")
+            + "): "
             + ", ".join(
                 f"{label} {_fmt(fake[key], spec)} vs {_fmt(real[key], spec)}"
                 for key, label, spec in _IMAGINED_STATISTICS

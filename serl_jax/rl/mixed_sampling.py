@@ -128,7 +128,8 @@ def mix_imagined(
     Returns:
         A :class:`~serl_jax.rl.ppo.Trainer` over :class:`ImaginedRunner`; its metrics are
         the wrapped trainer's plus ``imagined_out_of_bounds`` (share of the update's
-        freshly imagined days replayed from their source).
+        freshly imagined days replayed from their source) and ``imagined_lane_share``
+        (share of the lanes whose episode is on an imagined day as the update starts).
     """
     n_real = real.num_episodes
     n_pool = imagined_pool_size(n_real, imagination.ratio)
@@ -157,7 +158,8 @@ def mix_imagined(
 
     def update(runner: ImaginedRunner) -> tuple[ImaginedRunner, dict[str, jnp.ndarray]]:
         key, key_pool = jax.random.split(runner.key)
-        row = lane_episodes(runner.inner) - first_imagined
+        episodes = lane_episodes(runner.inner)
+        row = episodes - first_imagined
         row = jnp.where(row >= 0, row, n_pool)  # real days: an index the scatter drops
         in_use = jnp.zeros((n_pool,), bool).at[row].set(True, mode="drop")
         fresh, out_of_bounds = imagine(key_pool)
@@ -171,6 +173,9 @@ def mix_imagined(
         metrics["imagined_out_of_bounds"] = (out_of_bounds & refreshed).sum() / jnp.maximum(
             refreshed.sum(), 1
         )
+        # Lanes draw a day only at reset: with few lanes and episodes longer than the
+        # training, the share actually on imagined days can be far from the ratio's.
+        metrics["imagined_lane_share"] = jnp.mean(episodes >= first_imagined)
         return ImaginedRunner(inner, pool, key), metrics
 
     return assemble_trainer(init, update, num_updates)

@@ -233,6 +233,9 @@ def run_market(
             "program": cfg.imagine.program,
             "ratio": cfg.imagine.ratio,
             "imagined_share": imagined_share(splits.train.n_episodes, cfg.imagine.ratio),
+            "lane_share": float(
+                np.asarray(trained.curves["imagined_lane_share"])[trained.selected_seed].mean()
+            ),
             "out_of_bounds": float(out_of_bounds[trained.selected_seed].mean()),
         }
     if "dynamic" in evaluated:

@@ -114,8 +114,12 @@ def test_reflection_compares_imagined_with_real_days(imagination_run):
     assert imagined["return_autocorrelation"] == pytest.approx(
         real["return_autocorrelation"], abs=1e-3
     )
+    # The selected seed's share of training lanes on imagined days, from its curves.
+    curves = np.load(imagination_run / "candidates" / ok.id / "curves.npz")
+    assert stats["lane_share"] == pytest.approx(curves["imagined_lane_share"].mean())
     text = candidate_feedback(ok)
     assert "imagined vs real training days" in text
+    assert f"; {stats['lane_share']:.0%} of training lanes on imagined days)" in text
     assert f"1-minute volatility (bps) {imagined['volatility_bps']:.2f} vs" in text
     assert "lag-1 return autocorrelation" in text
     md = (imagination_run / "report.md").read_text()
