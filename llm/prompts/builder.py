@@ -270,6 +270,16 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "function) or do not use it: only imports are predefined.",
         ),
         (
+            r"AttributeError: module '[\w.]+' has no attribute",
+            "That module has no such name: use the functions it has (randomness is "
+            "`jax.random`, never `jnp.random`), or define your own.",
+        ),
+        (
+            r"AttributeError: '\w+' object has no attribute",
+            "That field does not exist: read only the fields the prompt lists for that "
+            "object, and compute anything else from them.",
+        ),
+        (
             r"out of bounds on day",
             "The imagined day moved too far from the real day: keep the day's own log "
             "returns and volumes and change them by moderate factors (0.5 to 2).",

@@ -334,8 +334,8 @@ def test_the_debug_prompt_returns_the_error_after_the_original_prompt():
         debug_prompt("nope", original, "", "parse", "x")
 
 
-# Reasons the validator gave Qwen2.5-Coder-1.5B's imaginations on 2026-11-26 (runs 4 and
-# 5), each with the start of the hint it gets.
+# Reasons the validator gave Qwen2.5-Coder-1.5B's imaginations and rewards on 2026-11-26,
+# each with the start of the hint it gets.
 RECORDED_REASONS = [
     ("line 2: import from 'typing' is not allowed (allowed: flax.linen, functools, jax, "
      "jax.lax, jax.nn, jax.numpy, jax.random, math)", "Delete that import and every use of "
@@ -357,6 +357,10 @@ RECORDED_REASONS = [
      "arr.ndim=1", "A Python `if`"),
     ("line 10: NameError: name 'params' is not defined", "`params` exists only inside"),
     ("line 6: NameError: name 'VOL_SCALE' is not defined", "Define that name"),
+    ("line 12: AttributeError: module 'jax.numpy' has no attribute 'random'",
+     "That module has no such name"),
+    ("line 18: AttributeError: 'EnvParams' object has no attribute 'benchmark_price'",
+     "That field does not exist"),
     ("ValueError: imagined volatility out of bounds on day 0 of 12: 0x the source's, "
      "allowed [1/4, 4]", "The imagined day moved too far"),
     ("ValueError: imagined volume has shape (12, 389), expected (12, 390) (the source "
