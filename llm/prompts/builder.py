@@ -72,11 +72,11 @@ from serl_jax.config import ImagineConfig, MarlConfig
 
 __all__ = [
     "COMPACT_INSTRUCTION",
+    "DEBUG_HINTS",
     "DEFAULT_INSTRUCTION",
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
     "REJECTED_HEADING",
-    "DEBUG_HINTS",
     "compact_prompt",
     "debug_hint",
     "debug_prompt",
