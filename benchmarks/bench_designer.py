@@ -178,12 +178,28 @@ def report(level: str, run_dir: Path, seconds: float | None, log: str | None) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llm", help="designer spec (hf:<path>, openai:...)")
-    parser.add_argument("--levels", default="off,high,low,both")
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--candidates", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=384)
-    parser.add_argument("--data", default="sample:us_1min")
+    parser.add_argument(
+        "--llm", help="designer spec: hf:<installed name, GGUF path or Hub id>, openai:<model>"
+    )
+    parser.add_argument(
+        "--levels", default="off,high,low,both",
+        help="DEK levels, comma-separated; one loop run each (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--iterations", type=int, default=3, help="outer iterations J (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--candidates", type=int, default=4,
+        help="first samples per iteration, split over loop.modules (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=384,
+        help="token budget of each completion (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--data", default="sample:us_1min",
+        help="market data: sample:<name> or a folder (default: %(default)s)",
+    )  # fmt: skip
     parser.add_argument(
         "--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="a config override for every run, e.g. loop.prompt_style=compact (repeatable)",

@@ -196,6 +196,7 @@ class Network(nn.Module):
 @pytest.mark.slow
 def test_the_sandbox_checks_a_declared_action_set():
     """A network program that declares three multiples must return three logits."""
+    from llm.prompts import MICRO_PROMPTS
     from llm.validate import validate
 
     ok = validate(NETWORK_WITH_ACTION_SET.replace("WIDTH", "3"), "network")
@@ -206,6 +207,11 @@ def test_the_sandbox_checks_a_declared_action_set():
     assert re.search(r"returned policy \((\d+), 2\).*expected \(\1, 3\)", wrong.reason), (
         wrong.reason
     )
+    # The head that LLM4Agent's contract tells the designer to write.
+    head = "nn.Dense(len(self.action_multiples), bias_init=nn.initializers.zeros)"
+    assert head in MICRO_PROMPTS["network"].contract
+    as_told = validate(NETWORK_WITH_ACTION_SET.replace("nn.Dense(WIDTH)", head), "network")
+    assert as_told.ok, as_told.reason
 
 
 @pytest.mark.slow

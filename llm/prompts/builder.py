@@ -270,9 +270,31 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "function) or do not use it: only imports are predefined.",
         ),
         (
+            r"AttributeError: module '[\w.]+' has no attribute 'Module'|"
+            r"cannot import name 'nn'",
+            "Modules come from flax: write `import flax.linen as nn` and "
+            "`class Network(nn.Module)`.",
+        ),
+        (
             r"AttributeError: module '[\w.]+' has no attribute",
             "That module has no such name: use the functions it has (randomness is "
             "`jax.random`, never `jnp.random`), or define your own.",
+        ),
+        (
+            r"attributes may only be assigned as self",
+            "Declare each setting as a class field with a default in the class body, such "
+            "as `action_multiples: tuple = (0.5, 1.0, 2.0)`, never `self.name = ...` "
+            "outside a method.",
+        ),
+        (
+            r"Incompatible types for broadcasting: input type=float32\[2\]",
+            "The bias (0, log 0.5) has 2 entries, so the policy head must be "
+            "`nn.Dense(2, ...)`; only with a class field `action_multiples` of K numbers "
+            "does it output K logits, then with `bias_init=nn.initializers.zeros`.",
+        ),
+        (
+            r"network has \d+ parameters, limit",
+            "Use fewer or narrower hidden layers so the network has at most 1,000,000 parameters.",
         ),
         (
             r"AttributeError: '\w+' object has no attribute",
@@ -285,7 +307,7 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "returns and volumes and change them by moderate factors (0.5 to 2).",
         ),
         (
-            r"has shape .*expected",
+            r"has shape .*expected|Cannot concatenate arrays with different numbers",
             "Return arrays of exactly the shape the signature above states.",
         ),
     )
@@ -294,7 +316,8 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 the first match is added after the reason (:func:`debug_hint`). Qwen2.5-Coder-1.5B's
 self-debugging retries repeated their error when told only the reason (2026-11-26: of
 14 imaginations rejected after repair, 2 were fixed in two rounds; ``typing`` imports,
-star imports, ``__init__`` and a missing ``def imagine`` came back in both rounds)."""
+star imports, ``__init__`` and a missing ``def imagine`` came back in both rounds; of 10
+networks, 4 changed the policy head's size but not its 2-entry bias)."""
 
 
 def debug_hint(reason: str) -> str:

@@ -146,15 +146,18 @@ Write the policy/value network for the network slot, a flax.linen module:
   (the VWAP schedule of the training volume profile by default, or TWAP's): initialize
   the policy head near zero with bias (0, log 0.5) so the untrained policy is the prior
   with some exploration. `value` estimates the return in reward units.
-- Optional field `prior_anchor_steps: float` (steps, in [0, 1000]; the framework's
-  default is {NetworkConfig().prior_anchor_steps:g}): the time constant with which the
-  prior pulls the inventory back to its schedule, a = pace * exp(-d/k) with d the
-  average remaining slices the order is ahead (0: catch up in one step). Participation
+- Optional field `prior_anchor_steps: float` (in the class body, with a default; steps,
+  in [0, 1000]; the framework's default is {NetworkConfig().prior_anchor_steps:g}): the
+  time constant with which the prior pulls the inventory back to its schedule,
+  a = pace * exp(-d/k) with d the average remaining slices the order is ahead (0: catch
+  up in one step). Participation
   child orders fill more in busy minutes and less in quiet ones; a larger k lets those
   deviations persist instead of being undone.
 - Optional field `action_multiples: tuple` (2 to 64 distinct numbers in [0, 100]), a
   discrete action set: `policy_outputs` is then `[..., K]`, the logits of a categorical
-  over those multiples of the prior's child order (1: the prior's own order).
+  over those multiples of the prior's child order (1: the prior's own order). Declare
+  it in the class body, `action_multiples: tuple = (0.5, 1.0, 2.0)`, and end with
+  `nn.Dense(len(self.action_multiples), bias_init=nn.initializers.zeros)`.
 - Observations are normalized with running statistics before the network sees them.
 - At most 1,000,000 parameters; use glorot/lecun/variance_scaling initializers
   (no orthogonal init or jnp.linalg).""",

@@ -334,8 +334,8 @@ def test_the_debug_prompt_returns_the_error_after_the_original_prompt():
         debug_prompt("nope", original, "", "parse", "x")
 
 
-# Reasons the validator gave Qwen2.5-Coder-1.5B's imaginations and rewards on 2026-11-26,
-# each with the start of the hint it gets.
+# Reasons the validator gave Qwen2.5-Coder-1.5B's imaginations, rewards and networks on
+# 2026-11-26, each with the start of the hint it gets.
 RECORDED_REASONS = [
     ("line 2: import from 'typing' is not allowed (allowed: flax.linen, functools, jax, "
      "jax.lax, jax.nn, jax.numpy, jax.random, math)", "Delete that import and every use of "
@@ -365,6 +365,17 @@ RECORDED_REASONS = [
      "allowed [1/4, 4]", "The imagined day moved too far"),
     ("ValueError: imagined volume has shape (12, 389), expected (12, 390) (the source "
      "day's)", "Return arrays of exactly the shape"),
+    ("line 5: AttributeError: module 'jax.nn' has no attribute 'Module'",
+     "Modules come from flax"),
+    ("line 2: ImportError: cannot import name 'nn' from '<unknown module name>' (unknown "
+     "location)", "Modules come from flax"),
+    ("line 27: attributes may only be assigned as self.<name> inside a method",
+     "Declare each setting as a class field"),
+    ("line 22: ValueError: Incompatible types for broadcasting: input type=float32[2] and "
+     "requested type=float32[3]", "The bias (0, log 0.5) has 2 entries"),
+    ("ValueError: network has 1635843 parameters, limit 1000000", "Use fewer or narrower"),
+    ("line 26: TypeError: Cannot concatenate arrays with different numbers of dimensions: "
+     "got (64, 2), (1,).", "Return arrays of exactly the shape"),
 ]  # fmt: skip
 
 
