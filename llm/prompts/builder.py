@@ -283,8 +283,8 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (
             r"attributes may only be assigned as self",
             "Declare each setting as a class field with a default in the class body, such "
-            "as `action_multiples: tuple = (0.5, 1.0, 2.0)`, never `self.name = ...` "
-            "outside a method.",
+            "as `action_multiples: tuple = (0.5, 1.0, 2.0)`, and delete every "
+            "`name.attribute = ...` outside a method.",
         ),
         (
             r"Incompatible types for broadcasting: input type=float32\[2\]",
