@@ -5,7 +5,11 @@ call (:meth:`serl_jax.loop.SERLLoop._ask`), so what a run waits for is the wall 
 that call at K = 1, 4, 8. This script times exactly that call (the backend the loop uses,
 its sampling settings, the real design prompt of ``--module``) and prints, per batch size,
 the tokens generated, seconds, tokens/s over all completions, tokens/s per completion and
-the peak memory. With ``--lora-samples N`` it then times one low-level DEK update
+the peak memory. ``--prefill shared,generate`` times each batch size both ways, same
+samples (the backend reseeded): the backend's shared prefill (each distinct prompt run
+through the model once, its cache copied to the K completions) against ``model.generate``
+alone (which prefills the prompt once per completion), and prints the ratio. With
+``--lora-samples N`` it then times one low-level DEK update
 (:meth:`llm.dek.low_level.LowLevelDEK.update`, the default LoRA settings) on N of the
 completions it generated: what a ``--dek low`` run adds per outer iteration, one
 forward and backward pass per candidate.
@@ -124,7 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="timed calls per batch size")
     p.add_argument("--module", default="reward", help="whose design prompt to use")
     p.add_argument("--lora-samples", type=int, default=0, help="time a LoRA update on N")
+    p.add_argument(
+        "--prefill", default="shared",
+        help="shared, generate or both (shared,generate): who runs the prompt's prefill",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    modes = [m.strip() for m in args.prefill.split(",")]
+    if not modes or set(modes) - {"shared", "generate"}:
+        p.error(f"--prefill: expected shared, generate or shared,generate, got {args.prefill!r}")
     if (args.model is None) == (args.architecture is None):
         p.error("give exactly one of --model and --architecture")
     if args.export_architecture:
@@ -155,26 +166,33 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(backend.prompt_token_ids(prompt))} tokens; temperature {args.temperature}, "
               f"max_new_tokens {args.max_new_tokens}")  # fmt: skip
         backend.generate([prompt], n=1, temperature=args.temperature, max_new_tokens=8)  # warm-up
-        print(f"{'K':>3} | {'tokens':>7} | {'s':>7} | {'tokens/s':>9} | "
+        print(f"{'K':>3} | {'prefill':>8} | {'tokens':>7} | {'s':>7} | {'tokens/s':>9} | "
               f"{'per completion':>14} | {'s per completion':>16} | peak GB")  # fmt: skip
         completions = []
         for k in (int(b) for b in args.batch.split(",")):
-            for _ in range(args.repeats):
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t = time.perf_counter()
-                [rows] = backend.generate_with_logprobs(
-                    [prompt], n=k, temperature=args.temperature,
-                    max_new_tokens=args.max_new_tokens,
-                )  # fmt: skip
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                s = time.perf_counter() - t
-                completions += rows
-                tokens = sum(len(c.token_ids) for c in rows)
-                print(f"{k:>3} | {tokens:>7,} | {s:>7.1f} | {tokens / s:>9.1f} | "
-                      f"{tokens / k / s:>14.1f} | {s / k:>16.2f} | {peak_memory_gb(device):.2f}",
-                      flush=True)  # fmt: skip
+            for repeat in range(args.repeats):
+                seconds = {}
+                for mode in modes:
+                    backend.share_prefill = mode == "shared"
+                    backend.reseed(1000 * k + repeat)  # both modes draw the same samples
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    t = time.perf_counter()
+                    [rows] = backend.generate_with_logprobs(
+                        [prompt], n=k, temperature=args.temperature,
+                        max_new_tokens=args.max_new_tokens,
+                    )  # fmt: skip
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    s = seconds[mode] = time.perf_counter() - t
+                    completions += rows
+                    tokens = sum(len(c.token_ids) for c in rows)
+                    print(f"{k:>3} | {mode:>8} | {tokens:>7,} | {s:>7.1f} | {tokens / s:>9.1f} | "
+                          f"{tokens / k / s:>14.1f} | {s / k:>16.2f} | "
+                          f"{peak_memory_gb(device):.2f}", flush=True)  # fmt: skip
+                if len(seconds) == 2:
+                    ratio = seconds["generate"] / seconds["shared"]
+                    print(f"{k:>3} | generate / shared: {ratio:.2f}x")
         if args.lora_samples:
             time_lora_update(backend, prompt, completions[-args.lora_samples :])
     return 0

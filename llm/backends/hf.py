@@ -41,6 +41,12 @@ Behaviour:
   decoded from the new tokens only, without special tokens.
 - Batching: all prompts of a call go through ``model.generate`` together, left-padded; the
   tokenizer's ``padding_side`` is set to ``"left"`` and a missing pad token is set to EOS.
+- Shared prefill (``share_prefill``, the default): each distinct prompt of a call is run
+  through the model once, and its key/value cache is copied to every completion that
+  continues it (``n`` samples of one prompt, or equal prompts), so only the decoding steps
+  are paid per completion. ``model.generate`` expands rows before the prefill, which
+  repeats a 2,700-token prompt's prefill for each of ``n`` samples; on a CPU that is most
+  of a call. The samples are the same either way, up to floating-point rounding.
 
 The model is put in eval mode (no dropout) when loaded; code that switches it to train
 mode should switch it back before sampling. torch and transformers are imported by this
@@ -59,6 +65,7 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    DynamicCache,
     StoppingCriteria,
     StoppingCriteriaList,
 )
@@ -185,6 +192,9 @@ class HFBackend(Backend):
             code block (see the module docstring).
         threads: PyTorch's CPU threads (``torch.set_num_threads``, for the whole
             process); 0 leaves PyTorch's default.
+        share_prefill: compute each distinct prompt's key/value cache once per call and
+            copy it to its completions (see the module docstring); ``False`` leaves the
+            prefill to ``model.generate`` (one per completion).
 
     Attributes:
         model: the ``PreTrainedModel`` (on ``device``, eval mode); may be replaced by a
@@ -214,6 +224,7 @@ class HFBackend(Backend):
         system_prompt: str | None = None,
         stop_after_code: bool = True,
         threads: int = 0,
+        share_prefill: bool = True,
     ) -> None:
         path_or_name = str(path_or_name).strip()
         source, gguf_file, is_local = _resolve_source(path_or_name)
@@ -264,12 +275,18 @@ class HFBackend(Backend):
         self.uses_chat_template = bool(getattr(tokenizer, "chat_template", None))
         self.system_prompt = system_prompt
         self.stop_after_code = stop_after_code
+        self.share_prefill = share_prefill
         eos = model.generation_config.eos_token_id
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         if tokenizer.eos_token_id is not None:
             eos.append(tokenizer.eos_token_id)
         #: The token ids that end a completion.
         self.eos_token_ids: frozenset[int] = frozenset(eos)
+        self._call_seeds = random.Random(seed)
+
+    def reseed(self, seed: int) -> None:
+        """Restarts the sequence of sampling calls as if the backend were built with
+        ``seed`` (for paired timings of the same samples)."""
         self._call_seeds = random.Random(seed)
 
     # ------------------------------------------------------------------ prompt formatting
@@ -339,12 +356,56 @@ class HFBackend(Backend):
         before = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
         return code_block_end(before) is None
 
+    def _prefill(self, prompt_ids: torch.Tensor, mask: torch.Tensor) -> DynamicCache | None:
+        """The key/value cache of every prompt token but the last, one row per distinct
+        prompt (``model.generate`` then runs the last token and decodes); None for
+        one-token prompts.
+
+        Args:
+            prompt_ids: int64 [P, L] token ids, left-padded.
+            mask: int64 [P, L] attention mask (0 at padding).
+
+        Returns:
+            A ``DynamicCache`` of P rows and L - 1 positions.
+        """
+        if prompt_ids.shape[1] < 2:
+            return None
+        cache = DynamicCache(config=self.model.config)
+        # the positions generate gives left-padded rows: count of real tokens before
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in self._forward_args else {}
+        with torch.no_grad():  # logits_to_keep: skip the vocabulary matmul of every position
+            self.model(
+                input_ids=prompt_ids[:, :-1],
+                attention_mask=mask[:, :-1],
+                position_ids=positions[:, :-1],
+                use_cache=True,
+                **{self._cache_arg: cache},
+                **keep,
+            )
+        return cache
+
+    @property
+    def _forward_args(self) -> set[str]:
+        """The argument names of the causal LM's forward (under a LoRA wrapper, which
+        passes them on)."""
+        model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return set(inspect.signature(model.forward).parameters)
+
+    @property
+    def _cache_arg(self) -> str:
+        """``cache`` (transformers >= 5.24), else ``past_key_values``, the name of the
+        key/value cache argument of forward and generate."""
+        return "cache" if "cache" in self._forward_args else "past_key_values"
+
     def _sample(
         self, prompts: list[str], n: int, temperature: float, max_new_tokens: int
     ) -> list[list[Completion]]:
         """Runs ``model.generate`` on all prompts at once; see :meth:`generate_with_logprobs`."""
+        texts = [self.format_prompt(p) for p in prompts]
+        distinct = list(dict.fromkeys(texts))
         batch = self.tokenizer(
-            [self.format_prompt(p) for p in prompts],
+            distinct,
             add_special_tokens=not self.uses_chat_template,
             padding=True,
             return_tensors="pt",
@@ -352,6 +413,14 @@ class HFBackend(Backend):
         greedy = temperature == 0
         mode = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
         copies = 1 if greedy else n
+        # generation row r continues distinct prompt source[r]: prompt i's copies in turn
+        source = torch.tensor(
+            [distinct.index(t) for t in texts for _ in range(copies)], device=self.device
+        )
+        prompt_ids, mask = batch["input_ids"], batch["attention_mask"]
+        cache = self._prefill(prompt_ids, mask) if self.share_prefill else None
+        if cache is not None:
+            cache.reorder_cache(source)
         devices = []
         if self.device.type == "cuda":
             index = self.device.index
@@ -359,21 +428,22 @@ class HFBackend(Backend):
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.manual_seed(self._call_seeds.getrandbits(63))
             out = self.model.generate(
-                **batch,
+                input_ids=prompt_ids[source],
+                attention_mask=mask[source],
+                **{self._cache_arg: cache},
                 **mode,
                 **({} if greedy else _PLAIN_SAMPLING),
                 repetition_penalty=1.0,
-                num_return_sequences=copies,
                 max_new_tokens=max_new_tokens,
                 eos_token_id=sorted(self.eos_token_ids),
                 pad_token_id=self.tokenizer.pad_token_id,
                 stopping_criteria=StoppingCriteriaList(
-                    [_CodeBlockClosed(self, batch["input_ids"].shape[1])]
+                    [_CodeBlockClosed(self, prompt_ids.shape[1])]
                 ),
                 return_dict_in_generate=True,
                 output_logits=True,
             )
-        new = out.sequences[:, batch["input_ids"].shape[1] :]  # (len(prompts) * copies, T)
+        new = out.sequences[:, prompt_ids.shape[1] :]  # (len(prompts) * copies, T)
         # log p of each new token under the raw logits, one step at a time: (rows, T) float32
         logprobs = torch.stack(
             [

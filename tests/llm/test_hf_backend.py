@@ -164,6 +164,39 @@ def test_logprobs_match_a_forward_pass(variant, request):
     assert ended > 0  # the EOS path is exercised
 
 
+@pytest.mark.parametrize("variant", ["plain", "chat"])
+def test_a_shared_prefill_samples_what_generate_alone_samples(variant, model_dirs):
+    """Each distinct prompt of a call is run through the model once (its tokens but the
+    last, one row per distinct prompt) and its cache copied to its completions; they are
+    the completions of ``model.generate`` prefilling every row itself, same seed."""
+    options = {"system_prompt": "be brief"} if variant == "chat" else {}
+    shared = HFBackend(str(model_dirs[variant]), seed=3, **options)
+    alone = HFBackend(str(model_dirs[variant]), seed=3, share_prefill=False, **options)
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0]]  # equal prompts share one prefill too
+    shapes = []
+
+    def record(module, args, kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+
+    hook = shared.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        got = shared.generate_with_logprobs(prompts, n=3, temperature=1.0, max_new_tokens=20)
+    finally:
+        hook.remove()
+    want = alone.generate_with_logprobs(prompts, n=3, temperature=1.0, max_new_tokens=20)
+    assert [[c.token_ids for c in row] for row in got] == [
+        [c.token_ids for c in row] for row in want
+    ]
+    for row, reference in zip(got, want, strict=True):
+        for c, r in zip(row, reference, strict=True):
+            assert c.token_logprobs == pytest.approx(r.token_logprobs, abs=1e-5)
+    longest = max(len(shared.prompt_token_ids(p)) for p in PROMPTS)
+    assert shapes[:2] == [(2, longest - 1), (9, 1)]  # the prefill, then generate's first step
+    assert shared.generate(prompts, n=2, temperature=0, max_new_tokens=12) == alone.generate(
+        prompts, n=2, temperature=0, max_new_tokens=12
+    )
+
+
 def test_sequence_logprob_is_differentiable(plain):
     [[c]] = plain.generate_with_logprobs(PROMPTS[:1], n=1, temperature=1.0, max_new_tokens=10)
     plain.model.zero_grad()
