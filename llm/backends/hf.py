@@ -46,7 +46,11 @@ Behaviour:
   continues it (``n`` samples of one prompt, or equal prompts), so only the decoding steps
   are paid per completion. ``model.generate`` expands rows before the prefill, which
   repeats a 2,700-token prompt's prefill for each of ``n`` samples; on a CPU that is most
-  of a call. The samples are the same either way, up to floating-point rounding.
+  of a call. The sampling distribution is the same; in float32 the samples equal those
+  of ``model.generate`` alone, while in bfloat16 the other rounding of a one-row prefill
+  makes sequences part after some tokens. Measured on a 2-core CPU: 1.31x faster for 8
+  samples of the 1.5B designer, no gain for SmolLM2-135M
+  (``benchmarks/results/2026-11-26-hf-prefill-and-dtype-cpu.md``).
 
 The model is put in eval mode (no dropout) when loaded; code that switches it to train
 mode should switch it back before sampling. torch and transformers are imported by this
