@@ -5,8 +5,9 @@ call (:meth:`serl_jax.loop.SERLLoop._ask`), so what a run waits for is the wall 
 that call at K = 1, 4, 8. This script times exactly that call (the backend the loop uses,
 its sampling settings, the real design prompt of ``--module``) and prints, per batch size,
 the tokens generated, seconds, tokens/s over all completions, tokens/s per completion and
-the peak memory. ``--prefill shared,generate`` times each batch size both ways, same
-samples (the backend reseeded): the backend's shared prefill (each distinct prompt run
+the peak memory. ``--prefill shared,generate`` times each batch size both ways with the
+same seed (the backend reseeded; in bfloat16 the samples part after some tokens, so
+compare tokens/s): the backend's shared prefill (each distinct prompt run
 through the model once, its cache copied to the K completions) against ``model.generate``
 alone (which prefills the prompt once per completion), and prints the ratio. With
 ``--lora-samples N`` it then times one low-level DEK update
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = {}
                 for mode in modes:
                     backend.share_prefill = mode == "shared"
-                    backend.reseed(1000 * k + repeat)  # both modes draw the same samples
+                    backend.reseed(1000 * k + repeat)  # both modes start from the same seed
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     t = time.perf_counter()

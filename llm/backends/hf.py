@@ -45,11 +45,12 @@ Behaviour:
   through the model once, and its key/value cache is copied to every completion that
   continues it (``n`` samples of one prompt, or equal prompts), so only the decoding steps
   are paid per completion. ``model.generate`` expands rows before the prefill, which
-  repeats a 2,700-token prompt's prefill for each of ``n`` samples; on a CPU that is most
-  of a call. The sampling distribution is the same; in float32 the samples equal those
-  of ``model.generate`` alone, while in bfloat16 the other rounding of a one-row prefill
-  makes sequences part after some tokens. Measured on a 2-core CPU: 1.31x faster for 8
-  samples of the 1.5B designer, no gain for SmolLM2-135M
+  repeats a 2,500-token prompt's prefill for each of ``n`` samples (about 12 s each for
+  the 1.5B designer on a 2-core CPU; decoding is still most of a call). The sampling
+  distribution is the same; in float32 the samples equal those of ``model.generate``
+  alone, while in bfloat16 the other rounding of a one-row prefill makes sequences part
+  after some tokens. Measured on a 2-core CPU: 1.31x faster for 8 samples of the 1.5B
+  designer, no gain for SmolLM2-135M
   (``benchmarks/results/2026-11-26-hf-prefill-and-dtype-cpu.md``).
 
 The model is put in eval mode (no dropout) when loaded; code that switches it to train
@@ -418,9 +419,8 @@ class HFBackend(Backend):
         mode = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
         copies = 1 if greedy else n
         # generation row r continues distinct prompt source[r]: prompt i's copies in turn
-        source = torch.tensor(
-            [distinct.index(t) for t in texts for _ in range(copies)], device=self.device
-        )
+        row_of = {t: i for i, t in enumerate(distinct)}
+        source = torch.tensor([row_of[t] for t in texts for _ in range(copies)], device=self.device)
         prompt_ids, mask = batch["input_ids"], batch["attention_mask"]
         cache = self._prefill(prompt_ids, mask) if self.share_prefill else None
         if cache is not None:

@@ -150,9 +150,8 @@ Write the policy/value network for the network slot, a flax.linen module:
   in [0, 1000]; the framework's default is {NetworkConfig().prior_anchor_steps:g}): the
   time constant with which the prior pulls the inventory back to its schedule,
   a = pace * exp(-d/k) with d the average remaining slices the order is ahead (0: catch
-  up in one step). Participation
-  child orders fill more in busy minutes and less in quiet ones; a larger k lets those
-  deviations persist instead of being undone.
+  up in one step). Participation child orders fill more in busy minutes and less in
+  quiet ones; a larger k lets those deviations persist instead of being undone.
 - Optional field `action_multiples: tuple` (2 to 64 distinct numbers in [0, 100]), a
   discrete action set: `policy_outputs` is then `[..., K]`, the logits of a categorical
   over those multiples of the prior's child order (1: the prior's own order). Declare
