@@ -276,6 +276,12 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "`class Network(nn.Module)`.",
         ),
         (
+            r"AttributeError: module '[\w.]+' has no attribute '(?:variance_scaling|"
+            r"glorot_\w+|lecun_\w+|he_\w+|orthogonal|constant|initializers)'",
+            "Initializers live in `nn.initializers`: `nn.initializers.variance_scaling(...)`"
+            ", `nn.initializers.constant(value)`, `nn.initializers.zeros`.",
+        ),
+        (
             r"AttributeError: module '[\w.]+' has no attribute",
             "That module has no such name: use the functions it has (randomness is "
             "`jax.random`, never `jnp.random`), or define your own.",
@@ -295,6 +301,22 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (
             r"network has \d+ parameters, limit",
             "Use fewer or narrower hidden layers so the network has at most 1,000,000 parameters.",
+        ),
+        (
+            r"(?:zeros|ones)\(\) missing 2 required positional arguments: 'key' and 'shape'",
+            "`nn.initializers.zeros` and `nn.initializers.ones` are initializers already: "
+            "pass them without parentheses, as `bias_init=nn.initializers.zeros`.",
+        ),
+        (
+            r"AttributeError: \"Network\" object has no attribute",
+            "A flax module has only the fields declared in its class body: declare it there "
+            "with a default, such as `action_multiples: tuple = (0.5, 1.0, 2.0)`, or do not "
+            "read `self.` that name.",
+        ),
+        (
+            r"AttributeError: '(?:tuple|list)' object has no attribute",
+            "A tuple or list has no array attributes such as `.size` or `.shape`: use "
+            "`len(x)` for its length, or `jnp.asarray(x)` for an array.",
         ),
         (
             r"AttributeError: '\w+' object has no attribute",

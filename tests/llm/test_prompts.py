@@ -376,6 +376,12 @@ RECORDED_REASONS = [
     ("ValueError: network has 1635843 parameters, limit 1000000", "Use fewer or narrower"),
     ("line 26: TypeError: Cannot concatenate arrays with different numbers of dimensions: "
      "got (64, 2), (1,).", "Return arrays of exactly the shape"),
+    ("line 18: TypeError: zeros() missing 2 required positional arguments: 'key' and "
+     "'shape'", "`nn.initializers.zeros` and `nn.initializers.ones` are initializers"),
+    ("line 18: AttributeError: module 'jax.numpy' has no attribute 'variance_scaling'",
+     "Initializers live in `nn.initializers`"),
+    ('line 22: AttributeError: "Network" object has no attribute "action_multiples".',
+     "A flax module has only the fields declared in its class body"),
 ]  # fmt: skip
 
 
@@ -388,6 +394,19 @@ def test_recorded_rejections_get_the_hint_for_their_kind_of_error(reason, start)
     assert debug_hint(reason).startswith(start)
     text = debug_prompt("imagination", "MODULE: LLM4Imagine\n", "x = 1\n", "static", reason)
     assert f"{' '.join(reason.split())}\n{debug_hint(reason)}\nFix that error" in text
+
+
+def test_a_tuple_field_read_as_an_array_gets_the_tuple_hint_not_the_field_hint():
+    """``self.action_multiples.size`` (the 1.5B wrote it in a retry, where an earlier
+    error hid it) fails on a tuple; the hint names ``len``, not missing fields."""
+    from llm.prompts import debug_hint
+
+    hint = debug_hint("line 20: AttributeError: 'tuple' object has no attribute 'size'")
+    assert hint.startswith("A tuple or list has no array attributes")
+    assert "len(x)" in hint
+    assert debug_hint("AttributeError: 'EnvState' object has no attribute 'pa'").startswith(
+        "That field does not exist"
+    )
 
 
 def test_an_error_without_a_hint_gets_the_plain_debug_prompt():
