@@ -8,7 +8,10 @@ Rules (:func:`extract_code`), in order:
    one's syntax error (a broken block is reported, not repaired).
 2. An opening fence that is never closed (a completion cut off at the token limit): the
    text after it, trimmed from the end line by line until it parses.
-3. No fence: the text from the first line starting (in column 0) with ``def ``,
+3. An untagged fence that is never closed and holds no code, after unfenced code: the
+   model closed a block it never opened (Qwen2.5-Coder-1.5B did, 2026-11-26), so the
+   program is the code before that fence, read by rule 4.
+4. No fence: the text from the first line starting (in column 0) with ``def ``,
    ``class ``, ``import ``, ``from `` or ``@``, trimmed from the end line by line until it
    parses; if nothing from that line parses, the next such line is tried (prose that
    happens to begin with "from ").
@@ -65,8 +68,19 @@ def _trim_until_parses(lines: list[str]) -> str | None:
     return None
 
 
-def _fenced_blocks(lines: list[str]) -> list[tuple[str, list[str], bool]]:
-    """``(tag, body lines, closed)`` for each fenced block, in order."""
+def _unfenced_code(lines: list[str]) -> str | None:
+    """Rule 4 of the module docstring on ``lines``: the code from the first code-like
+    line that parses, or ``None``."""
+    for start, line in enumerate(lines):
+        if line.startswith(_CODE_START):
+            code = _trim_until_parses(lines[start:])
+            if code is not None:
+                return code
+    return None
+
+
+def _fenced_blocks(lines: list[str]) -> list[tuple[str, list[str], bool, int]]:
+    """``(tag, body lines, closed, fence line index)`` for each fenced block, in order."""
     blocks = []
     i = 0
     while i < len(lines):
@@ -78,7 +92,7 @@ def _fenced_blocks(lines: list[str]) -> list[tuple[str, list[str], bool]]:
         j = i + 1
         while j < len(lines) and not _CLOSE.match(lines[j]):
             j += 1
-        blocks.append((tag, lines[i + 1 : j], j < len(lines)))
+        blocks.append((tag, lines[i + 1 : j], j < len(lines), i))
         i = j + 1
     return blocks
 
@@ -108,7 +122,7 @@ def extract_code(completion: str) -> str:
     lines = completion.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     blocks = [b for b in _fenced_blocks(lines) if b[0] in _PYTHON_TAGS]
     first_error = None
-    for _tag, body, closed in blocks:
+    for tag, body, closed, fence in blocks:
         if closed:
             code = _finish(body)
             error = _parses(code) if code.strip() else "empty block"
@@ -117,16 +131,17 @@ def extract_code(completion: str) -> str:
             first_error = first_error or error
         else:
             code = _trim_until_parses(body)
+            if code is None and not tag:
+                code = _unfenced_code(lines[:fence])
             if code is not None:
                 return code
             first_error = first_error or "cut-off block with no complete statement"
     if first_error is not None:
         raise ParseError(f"the first python code block does not parse ({first_error})")
+    code = _unfenced_code(lines)
+    if code is not None:
+        return code
     starts = [i for i, line in enumerate(lines) if line.startswith(_CODE_START)]
-    for start in starts:
-        code = _trim_until_parses(lines[start:])
-        if code is not None:
-            return code
     if starts:
         raise ParseError(
             f"no Python code in the completion parses (tried from line {starts[0] + 1})"

@@ -70,6 +70,27 @@ def test_unfenced_trailing_garbage_is_trimmed_line_by_line():
     ast.parse(code)
 
 
+def test_unfenced_code_closed_by_a_bare_fence_is_the_program():
+    """Qwen2.5-Coder-1.5B's retry (2026-11-26, shortened): code with no opening fence,
+    then a closing fence and prose that never ends; the program is the code."""
+    text = (
+        "# separate_mlp: the default\nimport flax.linen as nn\n\n\n"
+        "class Network(nn.Module):\n    depth: int = 4\n\n"
+        "# optimization: use self.action_multiples\n```\n"
+        "The validator rejected it at the runtime stage: line 22: TypeError: zeros()\n"
+        "Fix that error by using `self.action_multiples.size`. Answer with one"
+    )
+    assert extract_code(text) == (
+        "import flax.linen as nn\n\n\nclass Network(nn.Module):\n    depth: int = 4\n\n"
+        "# optimization: use self.action_multiples\n"
+    )
+
+
+def test_a_bare_fence_left_open_after_prose_is_still_a_cut_off_block():
+    with pytest.raises(ParseError, match="cut-off block"):
+        extract_code("Here is my plan, in words.\n```\nfirst we (")
+
+
 def test_prose_line_starting_with_from_is_passed_over():
     text = f"from the results above, a smaller penalty works:\n{REWARD}"
     assert extract_code(text) == REWARD
