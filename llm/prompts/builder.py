@@ -74,6 +74,7 @@ __all__ = [
     "COMPACT_INSTRUCTION",
     "DEBUG_HINTS",
     "DEFAULT_INSTRUCTION",
+    "INSTRUCTION_MAX_WORDS",
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
     "REJECTED_HEADING",
@@ -438,15 +439,39 @@ def refinement_prompt(
 _TEXT_BLOCK = re.compile(r"```(?:text|markdown|md)?[ \t]*\n(.*?)```", re.S)
 
 
-def parse_instruction(completion: str, max_chars: int = 2000) -> str:
+#: Words a refined instruction may have: the prompt asks for at most 120; the rest is
+#: slack for a model that counts loosely.
+INSTRUCTION_MAX_WORDS = 160
+
+
+def parse_instruction(completion: str, max_words: int = INSTRUCTION_MAX_WORDS) -> str:
     """The new instruction from a refinement completion: the first ``text`` (or
-    untagged) fenced block, else the whole text; stripped and cut to ``max_chars``.
+    untagged) fenced block, else the whole text, stripped.
+
+    An instruction longer than ``max_words`` is refused, not cut: Qwen2.5-Coder-1.5B
+    answered with 320 tokens of Markdown essay ending mid-sentence (2026-11-26), and as
+    the instruction of every design prompt it told the next designs to "replace the
+    current default reward" (one came back as a flax module with a ``total`` term).
+
+    Args:
+        completion: the model's text.
+        max_words: the most whitespace-separated words accepted.
+
+    Returns:
+        The instruction text.
 
     Raises:
-        ValueError: the completion holds no text.
+        ValueError: the completion holds no text, or more than ``max_words`` words (one
+            line; the loop then keeps its current instruction).
     """
     match = _TEXT_BLOCK.search(completion)
     text = (match.group(1) if match else completion).strip()
     if not text:
         raise ValueError("the refinement completion holds no instruction text")
-    return text[:max_chars]
+    words = len(text.split())
+    if words > max_words:
+        raise ValueError(
+            f"the refined instruction has {words} words, over the limit of {max_words} "
+            "(the prompt asks for at most 120)"
+        )
+    return text

@@ -184,6 +184,10 @@ def test_refinement_prompt_and_parse_instruction():
     assert parse_instruction("Just do it better.") == "Just do it better."
     with pytest.raises(ValueError, match="no instruction text"):
         parse_instruction("```text\n\n```")
+    within = " ".join(["word"] * 160)
+    assert parse_instruction(f"```text\n{within}\n```") == within
+    with pytest.raises(ValueError, match=r"^the refined instruction has 161 words, over"):
+        parse_instruction(within + " more")
 
 
 def test_default_code_is_what_extract_code_returns():
