@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from serl_jax import evaluate
-from serl_jax.benchmark import rows
+from serl_jax.benchmark import rows, tables
 from serl_jax.benchmark.__main__ import main
-from serl_jax.benchmark.cells import CellStore
-from serl_jax.metrics import price_advantage
+from serl_jax.benchmark.cells import CellStore, SplitOrders
+from serl_jax.benchmark.tables import dataset_results
+from serl_jax.metrics import OrderOutcomes, price_advantage
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -189,3 +190,54 @@ def test_the_plan_adds_a_designer_row_and_its_dek_ablations(tmp_path, monkeypatc
     assert "serl-llm-dek-low" not in rows and {"agents-1", "agents-2"} <= set(rows)
     rows = plan(("llm", "hf:/models/qwen.gguf"), ("ablations", True))
     assert 'dek.level="low"' in rows["serl-llm-dek-low"].overrides
+
+
+def _orders(pa_bps: list[float], days: list[str]) -> SplitOrders:
+    """Sell orders of 100 shares at a benchmark of 100 whose PA is ``pa_bps``, replayed
+    at the benchmark price (timing 0, so shortfall = PA)."""
+    n = len(pa_bps)
+    notional = 100 * 100.0 * (1 + np.asarray(pa_bps) / 1e4)
+    outcomes = OrderOutcomes(
+        side=np.ones(n), quantity=np.full(n, 100.0), executed=np.full(n, 100.0),
+        notional=notional, benchmark=np.full(n, 100.0), replayed_notional=np.full(n, 1e4),
+    )  # fmt: skip
+    return SplitOrders(outcomes, ["X"] * n, days)
+
+
+def test_every_other_serl_row_is_paired_with_serl_offline(tmp_path):
+    """Paired tables by hand: 4 days x 2 orders; the model's row and a DEK ablation are
+    paired with SE-RL offline (the designer library), PPO and SE-RL offline are not."""
+    days = [f"2024-01-0{d}" for d in (1, 1, 2, 2, 3, 3, 4, 4)]
+    store = CellStore(tmp_path)
+    store.write("d", "baselines", None, {"test": {"TWAP": _orders([0.0] * 8, days)}}, {})
+    pa = {
+        ("ppo", "PPO"): [1.0, 2.0, 0.0, 1.0, 2.0, 3.0, 1.0, 0.0],
+        ("serl-offline", "SE-RL offline"): [1.5, 2.0, 0.5, 1.0, 2.0, 3.5, 1.0, 0.5],
+        ("serl-llm", "SE-RL hf:m"): [2.5, 2.0, 0.5, 2.0, 3.0, 3.5, 1.0, 1.5],
+        ("serl-dek-off", "SE-RL offline, DEK off"): [1.5, 1.0, 0.5, 1.0, 2.0, 3.5, 1.0, 0.5],
+    }
+    for (key, name), values in pa.items():
+        store.write("d", key, 0, {"test": {name: _orders(values, days)}}, {})
+    boot = {"confidence": 0.95, "n_bootstrap": 200, "seed": 0}
+    split = dataset_results(store, "d", list(pa), [0], boot)["test"]
+
+    designer = split["vs_designer"]
+    assert designer["reference"] == "SE-RL offline"
+    assert list(designer["rows"]) == ["SE-RL hf:m", "SE-RL offline, DEK off"]
+    # the model's orders minus the library's: 1, 0, 0, 1, 1, 0, 0, 1 -> mean 0.5
+    model = designer["rows"]["SE-RL hf:m"]
+    assert model["pa"]["value"] == pytest.approx(0.5)
+    assert model["shortfall"]["value"] == pytest.approx(0.5)
+    assert designer["rows"]["SE-RL offline, DEK off"]["pa"]["value"] == pytest.approx(-1 / 8)
+    assert split["vs_PPO"]["SE-RL hf:m"]["pa"]["value"] == pytest.approx(
+        np.mean(np.subtract(pa["serl-llm", "SE-RL hf:m"], pa["ppo", "PPO"]))
+    )
+    text = "\n".join(tables._footer_md(split))
+    assert "Paired with SE-RL offline, the designer library (same seeds, same orders):" in text
+    assert "| policy − offline | PA (bps) | MDE | shortfall (bps) | MDE |" in text
+    assert "| SE-RL hf:m | +0.50 [" in text
+
+    without = [(k, n) for k, n in pa if k != "serl-offline"]
+    split = dataset_results(store, "d", without, [0], boot)["test"]
+    assert split["vs_designer"]["rows"] == {}
+    assert "designer library" not in "\n".join(tables._footer_md(split))

@@ -7,8 +7,10 @@ each paired with TWAP's on the same order), so its PA, WR and paired means are a
 over the seeds' runs; every interval clusters the orders by day (all seeds' orders of a
 day together, :mod:`serl_jax.metrics.inference`), and the seeds' own means are listed
 beside it. Each learned row is also paired with the default ``PPO`` row (same seed, same
-orders), which gives "SE-RL best − default PPO" and the static-vs-hybrid comparison, and
-with the hindsight oracle's edge (the share of it captured).
+orders), which gives "SE-RL best − default PPO" and the static-vs-hybrid comparison;
+every other SE-RL row (a language model as designer, a DEK ablation) with SE-RL offline,
+which gives "model − designer library"; and with the hindsight oracle's edge (the share
+of it captured).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ __all__ = [
 TWAP = "TWAP"
 ORACLE = "oracle (not achievable)"
 REFERENCE_ROW = "PPO"
+#: The SE-RL row of the offline designer: every other SE-RL row (a language model as
+#: designer, a DEK ablation) is also paired with it, the designer's reference.
+DESIGNER_REFERENCE_KEY = "serl-offline"
 SPLIT_TITLES = {
     "test": "test days, training symbols",
     HELDOUT: "test days, held-out symbols",
@@ -144,8 +149,12 @@ def dataset_results(
         boot: ``confidence``, ``n_bootstrap``, ``seed`` of the intervals.
 
     Returns:
-        ``{split: {"orders", "days", "rows": {name: entry}, "vs_PPO": {name: {"pa",
-        "shortfall"}}}}`` (see :func:`_row_entry` for an entry's keys).
+        ``{split: {"orders", "days", "symbols", "rows": {name: entry}, "vs_PPO": {name:
+        {"seeds", "pa", "shortfall"}}, "vs_designer": {"reference": name, "rows": {name:
+        {"seeds", "pa", "shortfall"}}}}}`` (see :func:`_row_entry` for an entry's keys):
+        ``vs_PPO`` pairs every learned row with the default PPO, ``vs_designer`` every
+        other SE-RL row with SE-RL offline (:data:`DESIGNER_REFERENCE_KEY`; empty when
+        the run has no such pair).
     """
     baselines, _ = store.read(dataset, "baselines", None)
     cells = {
@@ -172,28 +181,51 @@ def dataset_results(
                 rows[name] = _row_entry(per_seed, twap, oracle, boot)
         if oracle is not None:
             rows[ORACLE] = _row_entry({0: oracle}, twap, None, boot)
-        vs_ppo = {}
-        reference = pooled_orders.get(REFERENCE_ROW, {})
-        for name, per_seed in pooled_orders.items():
-            common = sorted(set(per_seed) & set(reference))
-            if name == REFERENCE_ROW or not common:
-                continue
-            ours = _concat([per_seed[s].outcomes for s in common])
-            theirs = _concat([reference[s].outcomes for s in common])
-            days = np.concatenate([twap.days] * len(common))
-            vs_ppo[name] = {
-                "seeds": common,
-                "pa": _paired(price_advantage(ours), price_advantage(theirs), days, boot),
-                "shortfall": _paired(shortfall(ours), shortfall(theirs), days, boot),
-            }
+        names = dict(learned)
+        designer = names.get(DESIGNER_REFERENCE_KEY)
+        serl_rows = [
+            names[k] for k in names if k.startswith("serl-") and k != DESIGNER_REFERENCE_KEY
+        ]
         out[split] = {
             "orders": int(twap.outcomes.n_orders),
             "days": len(set(twap.days.tolist())),
             "symbols": len(set(twap.symbols.tolist())),
             "rows": rows,
-            "vs_PPO": vs_ppo,
+            "vs_PPO": _paired_with(pooled_orders, REFERENCE_ROW, list(pooled_orders), twap, boot),
+            "vs_designer": {
+                "reference": designer,
+                "rows": _paired_with(pooled_orders, designer, serl_rows, twap, boot),
+            },
         }
     return out
+
+
+def _paired_with(
+    pooled_orders: dict[str, dict[int, SplitOrders]],
+    reference: str | None,
+    names: Sequence[str],
+    twap: SplitOrders,
+    boot: dict[str, Any],
+) -> dict[str, Any]:
+    """Each of ``names`` minus ``reference`` on the same orders (the seeds both have,
+    pooled; intervals clustered by day), PA and shortfall; rows without a common seed
+    are left out."""
+    theirs_by_seed = pooled_orders.get(reference, {}) if reference else {}
+    paired = {}
+    for name in names:
+        per_seed = pooled_orders.get(name, {})
+        common = sorted(set(per_seed) & set(theirs_by_seed))
+        if name == reference or not common:
+            continue
+        ours = _concat([per_seed[s].outcomes for s in common])
+        theirs = _concat([theirs_by_seed[s].outcomes for s in common])
+        days = np.concatenate([twap.days] * len(common))
+        paired[name] = {
+            "seeds": common,
+            "pa": _paired(price_advantage(ours), price_advantage(theirs), days, boot),
+            "shortfall": _paired(shortfall(ours), shortfall(theirs), days, boot),
+        }
+    return paired
 
 
 def _team(agents: Sequence[OrderOutcomes]) -> OrderOutcomes | None:
@@ -316,15 +348,21 @@ def _footer_md(split: dict[str, Any]) -> list[str]:
             lines.append(
                 f"{name}, PA−TWAP by day (positive on {positive} of {len(per_day)}): {days}"
             )
-    if split["vs_PPO"]:
+    designer = split.get("vs_designer", {})
+    for title, short, paired in (
+        ("the default PPO", "PPO", split["vs_PPO"]),
+        (f"{designer.get('reference')}, the designer library", "offline", designer.get("rows")),
+    ):
+        if not paired:
+            continue
         lines += [
             "",
-            "Paired with the default PPO (same seeds, same orders):",
+            f"Paired with {title} (same seeds, same orders):",
             "",
-            "| policy − PPO | PA (bps) | MDE | shortfall (bps) | MDE |",
+            f"| policy − {short} | PA (bps) | MDE | shortfall (bps) | MDE |",
             "|---|---|---|---|---|",
         ]
-        for name, v in split["vs_PPO"].items():
+        for name, v in paired.items():
             lines.append(
                 f"| {name} | {_interval(v['pa'])} | {_num(v['pa']['mde'], '{:.2f}')} "
                 f"| {_interval(v['shortfall'])} | {_num(v['shortfall']['mde'], '{:.2f}')} |"
