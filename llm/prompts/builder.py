@@ -304,9 +304,11 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "Use fewer or narrower hidden layers so the network has at most 1,000,000 parameters.",
         ),
         (
-            r"(?:zeros|ones)\(\) missing 2 required positional arguments: 'key' and 'shape'",
+            r"(?:zeros|ones)\(\) missing [12] required positional arguments?: (?:'key' and )?"
+            r"'shape'",
             "`nn.initializers.zeros` and `nn.initializers.ones` are initializers already: "
-            "pass them without parentheses, as `bias_init=nn.initializers.zeros`.",
+            "pass them without parentheses, as `bias_init=nn.initializers.zeros` "
+            "(`jnp.zeros(shape)` is an array, and needs its shape).",
         ),
         (
             r"AttributeError: \"Network\" object has no attribute",

@@ -382,6 +382,8 @@ RECORDED_REASONS = [
      "got (64, 2), (1,).", "Return arrays of exactly the shape"),
     ("line 18: TypeError: zeros() missing 2 required positional arguments: 'key' and "
      "'shape'", "`nn.initializers.zeros` and `nn.initializers.ones` are initializers"),
+    ("line 21: TypeError: zeros() missing 1 required positional argument: 'shape'",
+     "`nn.initializers.zeros` and `nn.initializers.ones` are initializers"),
     ("line 18: AttributeError: module 'jax.numpy' has no attribute 'variance_scaling'",
      "Initializers live in `nn.initializers`"),
     ('line 22: AttributeError: "Network" object has no attribute "action_multiples".',
