@@ -776,7 +776,8 @@ class SERLLoop:
             for c in self.store.candidates(j)
             if c.prompt_id in prompts and c.score is not None
         ]
-        stats = self.low_level.update(samples).to_dict()
+        update = self.low_level.update(samples)
+        stats = update.to_dict()
         final = self.store.root / "adapters" / f"j{j}"
         staging = final.with_name(f".j{j}.incomplete")
         for path in (staging, final):
@@ -785,10 +786,16 @@ class SERLLoop:
         self.low_level.save(staging)
         staging.rename(final)
         self.store.record_dek_update(j, stats, final)
-        self.log(
-            f"[j={j}] LoRA update on {len(samples)} samples: loss {stats.get('loss', 0.0):.4g}, "
-            f"baseline {stats.get('baseline', 0.0):.2f} bps"
-        )
+        if update.num_samples:
+            moved = np.subtract(update.logprobs_after, update.logprobs_before)
+            self.log(
+                f"[j={j}] LoRA update on {update.num_samples} samples: loss {update.loss:.4g}, "
+                f"scores {np.mean(update.scores):.2f} bps against baselines "
+                f"{np.mean(update.baselines):.2f} bps on average, log p(completion) "
+                f"{np.mean(moved):+.3f} nats on average"
+            )
+        else:
+            self.log(f"[j={j}] LoRA update: no sample with a score and a completion")
 
     def _restore_low_level(self) -> set[int]:
         """Loads the latest saved adapter; returns the iterations already updated."""
