@@ -161,6 +161,9 @@ def dataset_results(
         key: {s: store.read(dataset, key, s)[0] for s in seeds if store.done(dataset, key, s)}
         for key, _ in learned
     }
+    names = dict(learned)
+    designer = names.get(DESIGNER_REFERENCE_KEY)
+    serl_rows = [names[k] for k in names if k.startswith("serl-") and k != DESIGNER_REFERENCE_KEY]
     out: dict[str, Any] = {}
     reported = [s for s in SPLIT_TITLES if s in baselines]  # test, held-out, then validation
     for split in reported:
@@ -181,11 +184,6 @@ def dataset_results(
                 rows[name] = _row_entry(per_seed, twap, oracle, boot)
         if oracle is not None:
             rows[ORACLE] = _row_entry({0: oracle}, twap, None, boot)
-        names = dict(learned)
-        designer = names.get(DESIGNER_REFERENCE_KEY)
-        serl_rows = [
-            names[k] for k in names if k.startswith("serl-") and k != DESIGNER_REFERENCE_KEY
-        ]
         out[split] = {
             "orders": int(twap.outcomes.n_orders),
             "days": len(set(twap.days.tolist())),
