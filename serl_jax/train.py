@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         except (StoreError, ConfigError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        share_accelerator()
+        share_accelerator(cfg.loop)
         return run_serl(cfg, "", Path(args.resume), args.quiet, verbose=args.verbose)
     try:
         cfg = load_config(args.config, overrides)
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.marl.agents > 1:
             return train_agents_markets(cfg, config_name, args.quiet, args.verbose)
         return train_ppo(cfg, config_name, args.quiet, args.verbose)
-    share_accelerator()
+    share_accelerator(cfg.loop)
     return run_serl(cfg, f"{config_name}-serl", None, args.quiet, verbose=args.verbose)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -350,3 +351,60 @@ def test_evaluate_reports_the_held_out_symbols_test_days(capsys):
     code = evaluate.main(["--data", "sample:cn_1min", "--split", "heldout"])
     assert code == 2
     assert "no symbol is held out" in capsys.readouterr().err
+
+
+_XLA_MEMORY_VARS = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+)
+
+
+@pytest.fixture
+def no_xla_memory_vars(monkeypatch):
+    """None of XLA's memory variables set; each restored afterwards (also those the code
+    under test sets: setenv records the variable's absence, delenv alone does not)."""
+    for name in _XLA_MEMORY_VARS:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fraction"),
+    [
+        # the default loop: one worker process (train_budget_s > 0) beside this one
+        (["loop.llm=hf:qwen2.5-coder-1.5b"], "0.400"),
+        (["loop.llm=hf:m.gguf", "loop.workers=3"], "0.200"),
+        # candidates train in this process: one JAX process
+        (["loop.llm=hf:m.gguf", "loop.train_budget_s=0"], "0.800"),
+        # Ray actors train elsewhere
+        (["loop.llm=hf:m.gguf", "loop.workers=4", "loop.executor=ray"], "0.800"),
+        # no PyTorch model on the GPU: XLA's own limit
+        (["loop.llm=hf:m.gguf", "loop.hf_device=cpu"], None),
+        (["loop.llm=offline"], None),
+    ],
+)
+def test_an_hf_designer_on_the_gpu_caps_each_jax_process(no_xla_memory_vars, overrides, fraction):
+    from serl_jax.config import load_config
+    from serl_jax.training.serl import share_accelerator
+
+    share_accelerator(load_config(None, overrides).loop)
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert os.environ.get("XLA_CLIENT_MEM_FRACTION") == fraction
+
+
+@pytest.mark.parametrize("name", ["XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"])
+def test_a_users_memory_settings_win(no_xla_memory_vars, name):
+    from serl_jax.config import load_config
+    from serl_jax.training.serl import share_accelerator
+
+    monkeypatch = no_xla_memory_vars
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    monkeypatch.setenv(name, "0.9")
+    share_accelerator(load_config(None, ["loop.llm=hf:m.gguf"]).loop)
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    assert os.environ[name] == "0.9"
+    # setting the other name as well would make jaxlib refuse to start
+    other = ({"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"} - {name}).pop()
+    assert other not in os.environ

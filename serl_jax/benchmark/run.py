@@ -169,8 +169,11 @@ def run_plan(plan: Plan, root: Path, *, verbose: bool = False) -> dict[str, Any]
     """
     t_start = time.perf_counter()
     learned = [r for r in plan.rows if r.kind != "baselines"]
-    if any(r.kind == "serl" for r in learned):
-        share_accelerator()  # the loop's workers share the GPU with this process
+    first = plan.datasets[0]
+    serl_loops = [plan.cfg(first, *r.overrides).loop for r in learned if r.kind == "serl"]
+    if serl_loops:  # the loop's workers, and an hf: designer, share the GPU with this process
+        hf = [loop for loop in serl_loops if loop.llm.strip().lower().startswith("hf:")]
+        share_accelerator((hf or serl_loops)[0])
     loaded = {}
     for dataset in plan.datasets:  # bad settings or data fail here, before any folder
         for row in learned:

@@ -14,7 +14,7 @@ import yaml
 
 from llm.backends import BackendError, make_backend
 from llm.validate import SandboxError
-from serl_jax.config import LOOP_SCORES, Config
+from serl_jax.config import LOOP_SCORES, Config, LoopConfig
 from serl_jax.data import DataError
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
@@ -23,7 +23,13 @@ from serl_jax.loop import RunStore, SERLLoop, StoreError
 from serl_jax.loop.report import write_report
 from serl_jax.training.programs import imagination_program, validated_program
 
-__all__ = ["backend_options", "make_low_level", "run_serl", "share_accelerator"]
+__all__ = [
+    "JAX_SHARE_BESIDE_HF",
+    "backend_options",
+    "make_low_level",
+    "run_serl",
+    "share_accelerator",
+]
 
 
 def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
@@ -44,18 +50,44 @@ def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
     return {}
 
 
-def share_accelerator() -> None:
-    """Stop XLA from preallocating 75% of GPU memory at its first computation in a process
-    that runs the SE-RL loop (an explicit ``XLA_PYTHON_CLIENT_PREALLOCATE`` or
-    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` wins). Several processes share the accelerator
-    there: the loop's own process, the spawned workers that train candidates
-    (:mod:`serl_jax.loop.workers`) and, with an ``hf:`` designer, a PyTorch model. With
-    preallocation the first takes 75% and the next cannot start (measured on an H100,
-    2026-11-23: j0 failed with CUDA_ERROR_OUT_OF_MEMORY while XLA autotuned the worker's
-    first update). Plain PPO (``--llm none``) runs in one process and keeps
-    preallocation. Must run before JAX's first computation in the process; spawned
-    workers inherit the setting."""
+JAX_SHARE_BESIDE_HF = 0.8
+"""Share of a GPU's memory that an SE-RL run's JAX processes split among them when an
+``hf:`` designer runs on the same GPU; the rest is left to the PyTorch model."""
+
+_MEM_FRACTION_VARS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+
+def share_accelerator(loop: LoopConfig) -> None:
+    """Let the processes of an SE-RL run share one GPU: set XLA's allocator variables
+    before JAX's first computation (spawned workers inherit them; an explicit setting
+    wins).
+
+    - ``XLA_PYTHON_CLIENT_PREALLOCATE=false``: the loop's own process, the spawned workers
+      that train candidates (:mod:`serl_jax.loop.workers`) and an ``hf:`` model share
+      the device. With preallocation the first takes 75% and the next cannot start
+      (measured on an H100, 2026-11-23: j0 failed with CUDA_ERROR_OUT_OF_MEMORY while XLA
+      autotuned the worker's first update).
+    - With an ``hf:`` designer not on the CPU, also ``XLA_CLIENT_MEM_FRACTION`` =
+      :data:`JAX_SHARE_BESIDE_HF` / (JAX processes): without preallocation XLA's pool
+      still grows to most of the device and keeps it, and the PyTorch model found none
+      (measured on an H100, 2026-11-26, ``configs/gpu.yaml`` with the 1.5B: the first
+      generate call after j0 failed with CUDA out of memory; at 0.4 for each of the two
+      JAX processes the run finished). The JAX processes are this one and, when the loop
+      trains candidates in local worker processes, ``loop.workers`` more.
+
+    Plain PPO (``--llm none``) runs in one process and calls none of this.
+
+    Args:
+        loop: the run's loop settings (``llm``, ``hf_device``, ``workers``,
+            ``train_budget_s``, ``executor``).
+    """
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    hf_on_gpu = loop.llm.strip().lower().startswith("hf:") and loop.hf_device != "cpu"
+    if not hf_on_gpu or any(os.environ.get(v) for v in _MEM_FRACTION_VARS):
+        return
+    local_pool = loop.executor == "local" and (loop.workers > 1 or loop.train_budget_s > 0)
+    processes = 1 + (loop.workers if local_pool else 0)
+    os.environ["XLA_CLIENT_MEM_FRACTION"] = f"{JAX_SHARE_BESIDE_HF / processes:.3f}"
 
 
 def make_low_level(cfg: Config, backend: Any) -> Any:
