@@ -327,6 +327,17 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "object, and compute anything else from them.",
         ),
         (
+            r"reward term name 'total' is reserved",
+            'Delete the `"total"` entry from the returned dict, and the variable that '
+            "computes it: return only the separate terms, and the framework adds them up.",
+        ),
+        (
+            r"reward term '\w+' must be float32",
+            "Make every term a float32 array: write float constants (`1.0`, not `1`) and "
+            "convert integer fields such as `time` with `.astype(jnp.float32)` before "
+            "using them.",
+        ),
+        (
             r"out of bounds on day",
             "The imagined day moved too far from the real day: keep the day's own log "
             "returns and volumes and change them by moderate factors (0.5 to 2).",

@@ -388,6 +388,11 @@ RECORDED_REASONS = [
      "Initializers live in `nn.initializers`"),
     ('line 22: AttributeError: "Network" object has no attribute "action_multiples".',
      "A flax module has only the fields declared in its class body"),
+    ("rejected at the runtime stage: ValueError: reward term name 'total' is reserved for "
+     "the sum of the terms, which the framework computes: return only the terms",
+     "Delete the `\"total\"` entry"),
+    ("rejected at the runtime stage: ValueError: reward term 'volume_share' must be "
+     "float32, got int32", "Make every term a float32 array"),
 ]  # fmt: skip
 
 
