@@ -455,6 +455,9 @@ class DekConfig:
         kl_coef: weight of the KL penalty to the frozen base model (0: none).
         normalize_advantages: divide the advantages by their root mean square.
         steps: gradient steps per outer iteration on that iteration's candidates.
+        gradient_checkpointing: recompute each decoder layer in the backward pass instead
+            of keeping its activations (less memory, one more forward pass per sample;
+            :class:`llm.dek.low_level.LoRAConfig`).
     """
 
     def __post_init__(self):
@@ -475,6 +478,7 @@ class DekConfig:
     kl_coef: float = 0.0
     normalize_advantages: bool = True
     steps: int = 1
+    gradient_checkpointing: bool = True
 
 
 MARKET_MODES = ("static", "dynamic", "hybrid")

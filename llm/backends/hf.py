@@ -538,7 +538,9 @@ class HFBackend(Backend):
         context = self.prompt_token_ids(prompt)
         tokens = torch.tensor([context + ids], device=self.device)  # (1, P + C)
         if _takes_logits_to_keep(self.model):  # the last C + 1 positions' logits only
-            logits = self.model(input_ids=tokens, logits_to_keep=len(ids) + 1).logits[0, :-1]
+            # no KV cache: nothing reads it
+            out = self.model(input_ids=tokens, logits_to_keep=len(ids) + 1, use_cache=False)
+            logits = out.logits[0, :-1]
         else:
             logits = self.model(input_ids=tokens).logits[0, len(context) - 1 : -1]
         targets = tokens[0, len(context) :, None]  # (C, 1); logits: (C, vocab)

@@ -112,6 +112,7 @@ def make_low_level(cfg: Config, backend: Any) -> Any:
         weight_decay=d.weight_decay, max_grad_norm=d.max_grad_norm, baseline=d.baseline,
         baseline_decay=d.baseline_decay, kl_coef=d.kl_coef,
         normalize_advantages=d.normalize_advantages, steps=d.steps, seed=cfg.run.seed,
+        gradient_checkpointing=d.gradient_checkpointing,
     )  # fmt: skip
     return LowLevelDEK(backend, lora)
 

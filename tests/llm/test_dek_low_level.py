@@ -183,6 +183,52 @@ def test_with_adapter_dropout_log_p_before_has_its_own_pass(backend, monkeypatch
     assert stats.logprobs_before == pytest.approx(before, abs=1e-6)
 
 
+def _attention_calls(model) -> list[tuple[bool, bool]]:
+    """Records each call of the first decoder layer's attention (which holds the adapter)
+    as (the attention's training flag, its layer's training flag)."""
+    layer = next(m for n, m in model.named_modules() if n.endswith("layers.0"))
+    calls: list[tuple[bool, bool]] = []
+    layer.self_attn.register_forward_hook(
+        lambda module, args, out: calls.append((module.training, layer.training))
+    )
+    return calls
+
+
+def test_gradient_checkpointing_recomputes_each_layer_for_the_same_update(tiny_lm_dir):
+    deks, calls, stats = {}, {}, {}
+    for on in (True, False):
+        config = dataclasses.replace(SGD, gradient_checkpointing=on)
+        deks[on] = LowLevelDEK(make_backend(f"hf:{tiny_lm_dir}"), config)
+        calls[on] = _attention_calls(deks[on].model)
+        stats[on] = deks[on].update(PAIR)
+    # 2 training passes and 2 passes for log p after; checkpointed, the backward pass of
+    # each training pass runs the layer again (up to its last saved tensor: torch's
+    # checkpoint stops early, so the MLP, which holds no adapter, may not rerun)
+    assert len(calls[False]) == 4 and len(calls[True]) == 6
+    # the recompute happens because the layer itself is training; its submodules (and so
+    # the base model's dropouts) are not, and nothing is training after the update
+    assert {flags[0] for flags in calls[True]} == {False}
+    assert sorted({flags[1] for flags in calls[True]}) == [False, True]
+    assert {flags[1] for flags in calls[False]} == {False}
+    assert not any(m.training for m in deks[True].model.modules())
+    # the same gradient, so the same update
+    assert stats[True].grad_norm == pytest.approx(stats[False].grad_norm, rel=1e-5)
+    assert stats[True].logprobs_after == pytest.approx(stats[False].logprobs_after, abs=1e-5)
+    lora = {n: p for n, p in deks[False].model.named_parameters() if "lora_" in n}
+    for name, param in deks[True].model.named_parameters():
+        if "lora_" in name:
+            assert torch.allclose(param, lora[name], atol=1e-6), name
+
+
+def test_a_model_that_cannot_checkpoint_is_a_one_line_error(backend):
+    backend.model.supports_gradient_checkpointing = False
+    with pytest.raises(ValueError, match="gradient_checkpointing=False") as info:
+        LowLevelDEK(backend, SGD)
+    assert "\n" not in str(info.value)
+    dek = LowLevelDEK(backend, dataclasses.replace(SGD, gradient_checkpointing=False))
+    assert dek.update(PAIR).steps == 1
+
+
 def test_save_load_roundtrip(backend, tmp_path):
     config = LoRAConfig(rank=4, lr=1e-2, baseline="ema")
     dek = LowLevelDEK(backend, config)
