@@ -327,6 +327,21 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "object, and compute anything else from them.",
         ),
         (
+            r"reward must be an array scalar, got NoneType",
+            "Your `reward` function returned nothing: end it with `return` and the dict of "
+            "named terms, as the example does.",
+        ),
+        (
+            r"'Dense' object is not subscriptable",
+            "`nn.Dense(n, ...)` only builds a layer: call it on the features, as "
+            "`policy = nn.Dense(2, ...)(actor)`, and index what it returns.",
+        ),
+        (
+            r"UnboundLocalError: cannot access local variable",
+            "That variable is read on a path where it was never assigned: assign it once, "
+            "before any loop or branch, and choose between values with `jnp.where`.",
+        ),
+        (
             r"reward term name 'total' is reserved",
             'Delete the `"total"` entry from the returned dict, and the variable that '
             "computes it: return only the separate terms, and the framework adds them up.",

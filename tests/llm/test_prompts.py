@@ -388,6 +388,11 @@ RECORDED_REASONS = [
      "Initializers live in `nn.initializers`"),
     ('line 22: AttributeError: "Network" object has no attribute "action_multiples".',
      "A flax module has only the fields declared in its class body"),
+    ("ValueError: reward must be an array scalar, got NoneType",
+     "Your `reward` function returned nothing"),
+    ("line 21: TypeError: 'Dense' object is not subscriptable", "`nn.Dense(n, ...)` only builds"),
+    ("line 21: UnboundLocalError: cannot access local variable 'policy' where it is not "
+     "associated with a value", "That variable is read on a path"),
     ("rejected at the runtime stage: ValueError: reward term name 'total' is reserved for "
      "the sum of the terms, which the framework computes: return only the terms",
      "Delete the `\"total\"` entry"),
