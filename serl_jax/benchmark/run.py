@@ -169,11 +169,9 @@ def run_plan(plan: Plan, root: Path, *, verbose: bool = False) -> dict[str, Any]
     """
     t_start = time.perf_counter()
     learned = [r for r in plan.rows if r.kind != "baselines"]
-    first = plan.datasets[0]
-    serl_loops = [plan.cfg(first, *r.overrides).loop for r in learned if r.kind == "serl"]
-    if serl_loops:  # the loop's workers, and an hf: designer, share the GPU with this process
-        hf = [loop for loop in serl_loops if loop.llm.strip().lower().startswith("hf:")]
-        share_accelerator((hf or serl_loops)[0])
+    for row in learned:  # the loop's workers, and an hf: designer, share the GPU with this
+        if row.kind == "serl":  # process (the first hf: row sets the memory share)
+            share_accelerator(plan.cfg(plan.datasets[0], *row.overrides).loop)
     loaded = {}
     for dataset in plan.datasets:  # bad settings or data fail here, before any folder
         for row in learned:

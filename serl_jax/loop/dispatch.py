@@ -35,7 +35,7 @@ from serl_jax.loop.evaluation import ProgramResult, _failed, evaluate_batch, eva
 from serl_jax.loop.workers import WorkerPool
 from serl_jax.rl.networks import network_code_key
 
-__all__ = ["ProgramEvaluator", "compilation_cache", "plan_jobs"]
+__all__ = ["ProgramEvaluator", "compilation_cache", "local_worker_processes", "plan_jobs"]
 
 
 @contextmanager
@@ -58,6 +58,13 @@ def compilation_cache(directory: str | Path | None) -> Iterator[None]:
     finally:
         jax.config.update("jax_compilation_cache_dir", previous)
         reset_cache()
+
+
+def local_worker_processes(workers: int, budget_s: float) -> int:
+    """How many worker processes the local executor starts: ``workers`` when candidates
+    train apart from the driver (several at once, or under a wall-clock budget, which
+    needs a process to stop), else 0 (they train in the driver's process)."""
+    return int(workers) if int(workers) > 1 or float(budget_s) > 0 else 0
 
 
 def _init_worker(cache_dir: str | None) -> None:
@@ -221,7 +228,7 @@ class ProgramEvaluator:
             cache = None if cache_dir is None else str(cache_dir)
             self._pool = (
                 WorkerPool(self.workers, _init_worker, (cache,))
-                if self.workers > 1 or self.budget_s > 0
+                if local_worker_processes(self.workers, self.budget_s)
                 else None
             )
         self._cache = compilation_cache(cache_dir)

@@ -20,6 +20,7 @@ from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import load_splits
 from serl_jax.loop import RunStore, SERLLoop, StoreError
+from serl_jax.loop.dispatch import local_worker_processes
 from serl_jax.loop.report import write_report
 from serl_jax.training.programs import imagination_program, validated_program
 
@@ -85,8 +86,8 @@ def share_accelerator(loop: LoopConfig) -> None:
     hf_on_gpu = loop.llm.strip().lower().startswith("hf:") and loop.hf_device != "cpu"
     if not hf_on_gpu or any(os.environ.get(v) for v in _MEM_FRACTION_VARS):
         return
-    local_pool = loop.executor == "local" and (loop.workers > 1 or loop.train_budget_s > 0)
-    processes = 1 + (loop.workers if local_pool else 0)
+    local = loop.executor == "local"
+    processes = 1 + (local_worker_processes(loop.workers, loop.train_budget_s) if local else 0)
     os.environ["XLA_CLIENT_MEM_FRACTION"] = f"{JAX_SHARE_BESIDE_HF / processes:.3f}"
 
 
