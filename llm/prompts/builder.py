@@ -353,6 +353,12 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "using them.",
         ),
         (
+            r"reward reaches \S+ in one step",
+            "Write every term in bps of the order: a price difference as "
+            "`(price / benchmark - 1.0) * 1e4`, a share count as a fraction of the order "
+            "(`shares / next_state.quantity`), then times `params.reward_scale`.",
+        ),
+        (
             r"out of bounds on day",
             "The imagined day moved too far from the real day: keep the day's own log "
             "returns and volumes and change them by moderate factors (0.5 to 2).",

@@ -223,7 +223,10 @@ def _trial_inputs(batch_size: int):
     def make(ep, st, wl, tm, lf, act):
         state = env.init_state(params, ep, st, wl)
         state = state.replace(time=tm, inventory=state.quantity * lf)
-        state = state.replace(executed=state.quantity - state.inventory)
+        # What was executed so far filled at the benchmark, so a reward reading the
+        # average fill price (notional / executed) sees a consistent state.
+        executed = state.quantity - state.inventory
+        state = state.replace(executed=executed, notional=executed * state.benchmark_price)
         _, next_state, _, _, _ = env.step_env(jax.random.PRNGKey(0), state, act, params)
         return state, next_state, env.get_obs(state, params)
 
@@ -403,9 +406,9 @@ def _default_program(kind: str, env, params, prev, action, nxt, obs):
     return lambda: program(*args)
 
 
-def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int):
+def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int, max_abs: float):
     """Checks a reward; returns ``(form, run)``, ``run`` a zero-argument call of its
-    compiled trial program."""
+    compiled trial program. ``max_abs``: ``Limits.max_reward_abs``."""
     import jax
     import jax.numpy as jnp
 
@@ -424,6 +427,13 @@ def _check_reward(entry, env, params, prev, action, nxt, max_bytes: int):
         raise ValueError(f"reward is not finite (NaN/inf) on {bad} of {values.size} states")
     if not bool(jnp.isfinite(in_env).all()):
         raise ValueError("reward is not finite (NaN/inf) inside ExecutionEnv.step")
+    largest = float(jnp.abs(values).max())
+    if largest > max_abs:
+        raise ValueError(
+            f"reward reaches {largest:.3g} in one step on real transitions, limit {max_abs:g}: "
+            "rewards are bps times params.reward_scale (the default's stay within 20), so a "
+            "term is in the wrong units (shares or prices where bps are expected)"
+        )
     return form, lambda: program(*args)
 
 
@@ -592,7 +602,8 @@ def run(request: dict, ready=lambda: None) -> dict:
         entry = restricted.exec_entry_point(code, kind)
         max_bytes = int(limits.get("max_program_bytes", 2**30))
         if kind == "reward":
-            form, program = _check_reward(entry, env, params, prev, action, nxt, max_bytes)
+            max_abs = float(limits.get("max_reward_abs", 1e4))
+            form, program = _check_reward(entry, env, params, prev, action, nxt, max_bytes, max_abs)
             detail = f"{form}, jit+vmap, finite on {action.shape[0]} real transitions"
         elif kind == "imagination":
             detail, program = _check_imagination(entry, request.get("bounds", {}), max_bytes)

@@ -154,6 +154,13 @@ class Limits:
             it; network: ``apply`` on the batch's observations) over the default
             program's (``llm.prompts.DEFAULT_CODE``) on the same batch, fastest of
             alternating calls in the same child.
+        max_reward_abs: largest absolute reward of one step on the trial's real
+            transitions, the sum of the terms, in the reward's units (bps times
+            ``params.reward_scale``). The design library's rewards stay within 26 on
+            those transitions (the default's within 20); 1e4 leaves room for rewards in
+            plain bps or with heavier penalties, and refuses unit errors, such as shares
+            or prices where bps are expected, which give 1e7-1e9 and swamp PPO's
+            clipped gradient with the critic's loss (measured 2026-11-27).
     """
 
     max_chars: int = 20_000
@@ -167,6 +174,7 @@ class Limits:
     batch_size: int = 64
     max_loop_trips: int = 1024
     max_time_factor: float = 20.0
+    max_reward_abs: float = 1e4
 
 
 class StaticError(ValueError):

@@ -398,6 +398,12 @@ RECORDED_REASONS = [
      "Delete the `\"total\"` entry"),
     ("rejected at the runtime stage: ValueError: reward term 'volume_share' must be "
      "float32, got int32", "Make every term a float32 array"),
+    # Not rejected then: the validator's reason (since 2026-11-27) for the unit error
+    # behind the 1.5B's best index rewards (tests/llm/programs/runtime_reward_in_shares).
+    ("rejected at the runtime stage: ValueError: reward reaches 7.97e+08 in one step on "
+     "real transitions, limit 10000: rewards are bps times params.reward_scale (the "
+     "default's stay within 20), so a term is in the wrong units (shares or prices where "
+     "bps are expected)", "Write every term in bps of the order"),
 ]  # fmt: skip
 
 

@@ -78,6 +78,7 @@ def _limit_jobs() -> dict:
         "limits/time_factor": lambda: validate(
             default, "reward", limits=Limits(max_time_factor=0.01)
         ),
+        "limits/reward_abs": lambda: validate(default, "reward", limits=Limits(max_reward_abs=1.0)),
     }
 
 
@@ -188,6 +189,28 @@ def test_time_factor_is_the_limit_used(runtime_results):
     assert (result.ok, result.stage) == (False, "runtime")
     assert result.reason.startswith("run time: trial program takes ")
     assert result.reason.endswith(", limit 0.01x")
+
+
+def test_reward_scale_limit_is_the_one_used_and_reports_the_largest_reward(runtime_results):
+    """The default reward passes the default limit (1e4) and is refused at 1.0, with its
+    largest one-step reward on the trial transitions, computed here outside the sandbox."""
+    from llm.validate._child import _trial_inputs
+    from serl_jax.components.reward import total_reward
+    from serl_jax.envs.execution import default_reward
+
+    _, params, prev, action, nxt, _ = _trial_inputs(TEST_LIMITS.batch_size)
+    values = jax.vmap(lambda p, a, n: total_reward(default_reward(p, a, n, params)))(
+        prev, action, nxt
+    )
+    largest = float(jnp.abs(values).max())
+    assert 1.0 < largest < Limits().max_reward_abs
+    assert runtime_results["ok_default_reward"].ok
+    result = runtime_results["limits/reward_abs"]
+    assert (result.ok, result.stage) == (False, "runtime")
+    match = re.search(r"reward reaches (\S+) in one step on real transitions, limit 1:",
+                      result.reason)  # fmt: skip
+    assert match is not None, result.reason
+    assert float(match.group(1)) == pytest.approx(largest, rel=1e-3)
 
 
 def test_sandbox_reports_violations_even_when_caught(runtime_results):
