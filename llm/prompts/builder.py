@@ -353,6 +353,57 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "using them.",
         ),
         (
+            r"ImportError: cannot import name",
+            "Import modules only (`import flax.linen as nn`, `import jax.numpy as jnp`) and "
+            "define every helper in your program: names such as the example's "
+            "`linear_message` cannot be imported.",
+        ),
+        (
+            r"Too many indices: array is 0-dimensional",
+            "That value is a scalar: use it without an index.",
+        ),
+        (
+            r"Too many indices: array is \d+-dimensional",
+            "Index the feature axis with an ellipsis, as `obs[..., :6]` or `obs[..., 3]`, "
+            "never `obs[:, 3]`: the code runs on one observation [D] as well as on "
+            "batches [..., D].",
+        ),
+        (
+            r"Indexer must have integer or boolean type",
+            "Index with integers: Python int constants, or a computed index converted with "
+            "`.astype(jnp.int32)`.",
+        ),
+        (
+            r"attribute '_\w*' is not allowed",
+            "Rename every attribute or method that starts with an underscore (write "
+            "`self.helper`, not `self._helper`), and use only the public names of jax and "
+            "flax.",
+        ),
+        (
+            r"name '\w+' is not allowed(?!:)",
+            "Do not use that name: if it is your own variable or function, rename it.",
+        ),
+        (
+            r'AttributeError: "Communication" object has no attribute',
+            "A flax module has only the fields declared in its class body, and `obs` is its "
+            "only input: compute what you need from `obs` (its first 6 features are the "
+            "agent's own), or declare a field with a default.",
+        ),
+        (
+            r"__call__\(\) missing \d+ required positional argument",
+            "Give `__call__` exactly the arguments the signature above shows: the framework "
+            "passes nothing else (it averages the other agents' messages itself).",
+        ),
+        (
+            r"clip\(\) got an unexpected keyword argument",
+            "Call `jnp.clip(x, low, high)` with the bounds by position.",
+        ),
+        (
+            r"profile dict: missing keys",
+            "Return a dict with exactly the five keys `side`, `quantity`, `start`, "
+            "`window_len` and `urgency`, and no others.",
+        ),
+        (
             r"reward reaches \S+ in one step",
             "Write every term in bps of the order: a price difference as "
             "`(price / benchmark - 1.0) * 1e4`, a share count as a fraction of the order "

@@ -398,6 +398,26 @@ RECORDED_REASONS = [
      "Delete the `\"total\"` entry"),
     ("rejected at the runtime stage: ValueError: reward term 'volume_share' must be "
      "float32, got int32", "Make every term a float32 array"),
+    # Profiles and communication modules, 2026-11-27.
+    ("line 3: ImportError: cannot import name 'linear_message' from '<unknown module name>' "
+     "(unknown location)", "Import modules only"),
+    ("line 10: IndexError: Too many indices: array is 0-dimensional, but 1 were indexed",
+     "That value is a scalar"),
+    ("line 10: IndexError: Too many indices: array is 2-dimensional, but 3 were indexed",
+     "Index the feature axis with an ellipsis"),
+    ("line 12: TypeError: Indexer must have integer or boolean type, got indexer with type "
+     "float32", "Index with integers"),
+    ("line 10: attribute '_args' is not allowed (private or introspection)",
+     "Rename every attribute or method that starts with an underscore"),
+    ("line 21: name 'summary' is not allowed", "Do not use that name"),
+    ('line 15: AttributeError: "Communication" object has no attribute "window_len".',
+     "A flax module has only the fields declared in its class body, and `obs`"),
+    ("TypeError: Communication.__call__() missing 1 required positional argument: 'others'",
+     "Give `__call__` exactly the arguments"),
+    ("line 11: TypeError: clip() got an unexpected keyword argument 'a_max'",
+     "Call `jnp.clip(x, low, high)`"),
+    ("ValueError: profile dict: missing keys [], unknown keys ['participation_cap']",
+     "Return a dict with exactly the five keys"),
     # Not rejected then: the validator's reason (since 2026-11-27) for the unit error
     # behind the 1.5B's best index rewards (tests/llm/programs/runtime_reward_in_shares).
     ("rejected at the runtime stage: ValueError: reward reaches 7.97e+08 in one step on "
