@@ -363,10 +363,11 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "That value is a scalar: use it without an index.",
         ),
         (
-            r"Too many indices: array is \d+-dimensional",
+            r"Too many indices: array is \d+-dimensional|axis -?\d+ is out of bounds for "
+            r"array of dimension",
             "Index the feature axis with an ellipsis, as `obs[..., :6]` or `obs[..., 3]`, "
-            "never `obs[:, 3]`: the code runs on one observation [D] as well as on "
-            "batches [..., D].",
+            "never `obs[:, 3]`, and reduce with `axis=-1`: the code runs on one observation "
+            "[D] as well as on batches [..., D].",
         ),
         (
             r"Indexer must have integer or boolean type",
@@ -415,7 +416,13 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "returns and volumes and change them by moderate factors (0.5 to 2).",
         ),
         (
-            r"has shape .*expected|Cannot concatenate arrays with different numbers",
+            r"Cannot concatenate arrays with different numbers",
+            "Concatenate arrays of the same number of axes along `axis=-1`: keep the feature "
+            "axis when you slice (`obs[..., 2:3]`, not `obs[..., 2]`), and return arrays of "
+            "exactly the shape the signature above states.",
+        ),
+        (
+            r"has shape .*expected",
             "Return arrays of exactly the shape the signature above states.",
         ),
     )

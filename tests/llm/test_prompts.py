@@ -379,7 +379,7 @@ RECORDED_REASONS = [
      "requested type=float32[3]", "The bias (0, log 0.5) has 2 entries"),
     ("ValueError: network has 1635843 parameters, limit 1000000", "Use fewer or narrower"),
     ("line 26: TypeError: Cannot concatenate arrays with different numbers of dimensions: "
-     "got (64, 2), (1,).", "Return arrays of exactly the shape"),
+     "got (64, 2), (1,).", "Concatenate arrays of the same number of axes"),
     ("line 18: TypeError: zeros() missing 2 required positional arguments: 'key' and "
      "'shape'", "`nn.initializers.zeros` and `nn.initializers.ones` are initializers"),
     ("line 21: TypeError: zeros() missing 1 required positional argument: 'shape'",
@@ -405,6 +405,10 @@ RECORDED_REASONS = [
      "That value is a scalar"),
     ("line 10: IndexError: Too many indices: array is 2-dimensional, but 3 were indexed",
      "Index the feature axis with an ellipsis"),
+    ("line 13: ValueError: axis 1 is out of bounds for array of dimension 1",
+     "Index the feature axis with an ellipsis"),
+    ("line 11: TypeError: Cannot concatenate arrays with different numbers of dimensions: "
+     "got (64,), (64, 2).", "Concatenate arrays of the same number of axes"),
     ("line 12: TypeError: Indexer must have integer or boolean type, got indexer with type "
      "float32", "Index with integers"),
     ("line 10: attribute '_args' is not allowed (private or introspection)",
