@@ -105,7 +105,8 @@ def test_bad_profiles_are_named(changes, reason):
 @pytest.mark.slow
 def test_library_profiles_pass_validation_and_bad_ones_are_rejected(cn_market):
     """Every library program passes both stages; a window past the day's end, a NaN
-    quantity and a missing field are rejected at stage 2 with the field named; then
+    quantity, a missing field and a parameter the contract does not list are rejected at
+    stage 2 with the field named; then
     staggered_windows, defined in this process, gives 3 agents the hand-computed
     windows of the A-share day (240 minutes: 120 long, starting at 0, 60 and 120)."""
     programs = {d.name: d.code for d in library("profiling")}
@@ -117,6 +118,11 @@ def test_library_profiles_pass_validation_and_bad_ones_are_rejected(cn_market):
         ),
         "nan quantity": base.replace("multiplier,", "multiplier * jnp.nan,"),
         "missing urgency": base.replace('"urgency": jnp.float32(0.0),', ""),
+        # A field of the static market's parameters that the contract does not list (the
+        # 1.5B's profile that passed on it and crashed in the dynamic market, 2026-11-27).
+        "unlisted field": base.replace(
+            '"urgency": jnp.float32(0.0),', '"urgency": jnp.float32(params.concentration_penalty),'
+        ),
     }
     assert all(code != base for code in bad.values())
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -129,6 +135,7 @@ def test_library_profiles_pass_validation_and_bad_ones_are_rejected(cn_market):
         "past the end": "window_len must end inside the day",
         "nan quantity": "quantity must be > 0, got nan",
         "missing urgency": "missing keys ['urgency']",
+        "unlisted field": "'ProfileParams' object has no attribute 'concentration_penalty'",
     }
     for name, reason in expected.items():
         assert verdicts[name].stage == "runtime" and reason in verdicts[name].reason, verdicts[name]

@@ -416,7 +416,7 @@ DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "returns and volumes and change them by moderate factors (0.5 to 2).",
         ),
         (
-            r"Cannot concatenate arrays with different numbers",
+            r"Cannot concatenate arrays with",
             "Concatenate arrays of the same number of axes along `axis=-1`: keep the feature "
             "axis when you slice (`obs[..., 2:3]`, not `obs[..., 2]`), and return arrays of "
             "exactly the shape the signature above states.",

@@ -300,10 +300,44 @@ def _profiling_trial(entry, params):
     return trial
 
 
+@functools.cache
+def _profile_param_types():
+    """``(ProfileParams, ProfileData)``, made once in the harness's setup (before the guard
+    is armed: creating a class sets attributes of a type, which the guard denies)."""
+    from flax import struct
+
+    @struct.dataclass
+    class ProfileData:
+        num_slots: int = struct.field(pytree_node=False)
+
+    @struct.dataclass
+    class ProfileParams:
+        side: float
+        quantity_low: float
+        quantity_high: float
+        min_window_len: int
+        data: ProfileData
+
+    return ProfileParams, ProfileData
+
+
 def _profile_params(params):
-    """The trial's environment parameters: the US sample's, with random windows (what a
-    profile may read: side, quantity range, window lengths, ``data.num_slots``)."""
-    return params.replace(random_window=True)
+    """What a profile program reads in the trial: the US sample's environment parameters,
+    limited to the fields the LLM4Profiling contract lists (``side``, ``quantity_low``,
+    ``quantity_high``, ``min_window_len``, ``data.num_slots``). Any other field differs
+    between the static and the dynamic market, or exists in one only, so a program
+    reading it is refused here, with an ``AttributeError`` naming it, instead of passing
+    on the static market's parameters and failing in training (2026-11-27: a profile
+    branching on ``params.child_quantity`` read ``params.window_len`` in the dynamic
+    market)."""
+    profile_params, profile_data = _profile_param_types()
+    return profile_params(
+        side=params.side,
+        quantity_low=params.quantity_low,
+        quantity_high=params.quantity_high,
+        min_window_len=params.min_window_len,
+        data=profile_data(num_slots=params.data.num_slots),
+    )
 
 
 def _compile(fn, max_bytes: int, *args):

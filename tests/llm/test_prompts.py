@@ -409,6 +409,9 @@ RECORDED_REASONS = [
      "Index the feature axis with an ellipsis"),
     ("line 11: TypeError: Cannot concatenate arrays with different numbers of dimensions: "
      "got (64,), (64, 2).", "Concatenate arrays of the same number of axes"),
+    ("line 12: TypeError: Cannot concatenate arrays with shapes that differ in dimensions "
+     "other than the one being concatenated: concatenating along dimension 0 for shapes "
+     "(64, 4), (4, 1).", "Concatenate arrays of the same number of axes"),
     ("line 12: TypeError: Indexer must have integer or boolean type, got indexer with type "
      "float32", "Index with integers"),
     ("line 10: attribute '_args' is not allowed (private or introspection)",
