@@ -305,6 +305,9 @@ Write a communication module, what each agent tells the others (a flax.linen mod
 
 - Instantiated as `Communication()`: every field needs a default. M is fixed (not
   data-dependent) and any leading axes pass through: [..., D] -> [..., M].
+- `obs` may be a single observation [D]: select features on the last axis with an
+  ellipsis, `obs[..., :{NUM_PRIVATE_FEATURES}]` or `obs[..., 2]`, never `obs[:, i]`, and
+  reduce or concatenate over `axis=-1`.
 - `obs` is the sending agent's normalized observation (the layout above:
   {NUM_PRIVATE_FEATURES} private features first, time and inventory left, the price move and
   the volume profile's clock, then the market features).

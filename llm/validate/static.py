@@ -11,14 +11,20 @@ The code is parsed with :mod:`ast` and walked against an allow-list. What is enf
   exception: a method may be *defined* as ``def __call__`` directly in a class body); no
   attribute starting with ``_``; no attribute of frames, generators, code objects or
   tracebacks (``f_*``, ``gi_*``, ``cr_*``, ``ag_*``, ``tb_*``, ``co_*``); none of
-  :data:`DENIED_NAMES` as a name or attribute: the dangerous builtins (``exec``, ``eval``,
-  ``compile``, ``open``, ``getattr``, ``setattr``, ``delattr``, ``globals``, ``vars``,
-  ``locals``, ``breakpoint``, ``input``, ``help``, ``exit``, ``quit``, ``type``, ``format``
-  ...), host callbacks and host I/O of JAX (``jax.debug``, ``pure_callback``,
-  ``io_callback``, ``host_callback``, ``jax.experimental``, ``jax.profiler``, ``jnp.load``
-  / ``save``, ``jax.config`` ...), and whatever changes the framework's global state or
-  its objects in place (``tree_util`` / ``register_*``, ``set_printoptions``,
-  ``enable_named_call``, ``set_mesh``, ``functools.wraps`` / ``update_wrapper`` ...).
+  :data:`DENIED_BUILTINS` or :data:`DENIED_MODULE_NAMES` anywhere: the dangerous builtins
+  (``exec``, ``eval``, ``compile``, ``open``, ``getattr``, ``setattr``, ``delattr``,
+  ``globals``, ``vars``, ``locals``, ``breakpoint``, ``input``, ``help``, ``exit``,
+  ``quit``, ``type``, ``format`` ...) and process modules (``os``, ``sys``, ``subprocess``
+  ...); none of :data:`DENIED_JAX` as an attribute, an imported name, an import alias, a
+  keyword or a class member: host callbacks and host I/O of JAX (``jax.debug``,
+  ``pure_callback``, ``io_callback``, ``host_callback``, ``jax.experimental``,
+  ``jax.profiler``, ``jnp.load`` / ``save``, ``jax.config`` ...), whatever changes the
+  framework's global state or its objects in place (``tree_util`` / ``register_*``,
+  ``set_printoptions``, ``enable_named_call``, ``set_mesh``, ``functools.wraps`` /
+  ``update_wrapper`` ...) and flax internals (``nn.summary``, ``nn.module``). As the
+  program's own variable, argument or function such a name is allowed (``summary = ...``):
+  a bare name reaches only what the program defines or imports, since its globals hold no
+  module it did not import (:mod:`llm.validate.restricted`).
 - Statements: no ``global`` / ``nonlocal``, ``async`` code, ``await`` or ``yield``.
 - Loops with a bounded trip count only: ``while_loop`` (``jax.lax``, ``flax.linen``) and
   the ``while_p`` primitive are refused, since their trip count depends on traced data: a
@@ -106,21 +112,29 @@ DENIED_JAX: frozenset[str] = frozenset(
         "orthogonal", "delta_orthogonal", "linalg",
         # flax.linen internals
         "module", "summary", "kw_only_dataclasses", "meta", "spmd", "tabulate", "linen_module",
-        # process / OS modules by name
-        "os", "sys", "subprocess", "socket", "importlib", "ctypes", "shutil", "pathlib",
-        "io", "pickle", "marshal", "signal", "threading", "multiprocessing", "inspect",
-        "gc", "weakref", "resource", "posix", "nt",
         # binding a primitive directly skips every wrapper's checks (e.g. lax.while_p)
         "bind",
     }
 )  # fmt: skip
+
+DENIED_MODULE_NAMES: frozenset[str] = frozenset(
+    {
+        "os", "sys", "subprocess", "socket", "importlib", "ctypes", "shutil", "pathlib",
+        "io", "pickle", "marshal", "signal", "threading", "multiprocessing", "inspect",
+        "gc", "weakref", "resource", "posix", "nt",
+    }
+)  # fmt: skip
+"""Process and OS modules, refused by name anywhere (also as a variable of the program's
+own), as the builtins are."""
 
 # Loops whose trip count depends on traced data: no trial run can bound their cost.
 UNBOUNDED_LOOP_NAMES: frozenset[str] = frozenset({"while_loop", "while_p"})
 # Loops allowed only as direct calls with integer-literal bounds (Limits.max_loop_trips).
 COUNTED_LOOP_NAMES: frozenset[str] = frozenset({"fori_loop"})
 
-DENIED_NAMES: frozenset[str] = DENIED_BUILTINS | DENIED_JAX | UNBOUNDED_LOOP_NAMES
+DENIED_NAMES: frozenset[str] = (
+    DENIED_BUILTINS | DENIED_MODULE_NAMES | DENIED_JAX | UNBOUNDED_LOOP_NAMES
+)
 # Dunder names a candidate may *define* (as a method directly in a class body) but never use.
 ALLOWED_METHOD_DUNDERS: frozenset[str] = frozenset({"__call__"})
 DENIED_ATTRIBUTE_PREFIXES: tuple[str, ...] = ("_", "f_", "gi_", "cr_", "ag_", "tb_", "co_")
@@ -186,7 +200,11 @@ def _reject(node: ast.AST | None, message: str) -> StaticError:
     return StaticError(f"line {line}: {message}" if line else message)
 
 
-def _check_identifier(node: ast.AST, name: str, what: str) -> None:
+def _check_identifier(node: ast.AST, name: str, what: str, own: bool = False) -> None:
+    """Refuses a denied ``name``. ``own``: the name is the program's own variable,
+    argument or function (not an attribute, import, keyword or class member), which may
+    share a name with :data:`DENIED_JAX` (the 1.5B's communication modules named a
+    variable ``summary``)."""
     if name in UNBOUNDED_LOOP_NAMES:
         raise _reject(
             node,
@@ -196,7 +214,7 @@ def _check_identifier(node: ast.AST, name: str, what: str) -> None:
         )
     if "__" in name:
         raise _reject(node, f"{what} {name!r} contains '__' (dunder names are not allowed)")
-    if name in DENIED_NAMES:
+    if name in DENIED_NAMES and not (own and name in DENIED_JAX):
         raise _reject(node, f"{what} {name!r} is not allowed")
 
 
@@ -299,8 +317,11 @@ class _Checker(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         _check_import(node)
 
+    def _in_class_body(self) -> bool:
+        return bool(self.class_depth) and self.class_depth[-1]
+
     def visit_Name(self, node: ast.Name) -> None:
-        _check_identifier(node, node.id, "name")
+        _check_identifier(node, node.id, "name", own=not self._in_class_body())
         if node.id == "self" and not isinstance(node.ctx, ast.Load):
             raise _reject(node, "'self' may not be assigned or deleted")
         if node.id in COUNTED_LOOP_NAMES:
@@ -332,7 +353,7 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_arg(self, node: ast.arg) -> None:
-        _check_identifier(node, node.arg, "argument")
+        _check_identifier(node, node.arg, "argument", own=True)
         self.generic_visit(node)
 
     def visit_keyword(self, node: ast.keyword) -> None:
@@ -344,10 +365,10 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _visit_function(self, node: ast.FunctionDef | ast.Lambda) -> None:
-        direct_in_class = bool(self.class_depth) and self.class_depth[-1]
+        direct_in_class = self._in_class_body()
         if isinstance(node, ast.FunctionDef):
             if not (direct_in_class and node.name in ALLOWED_METHOD_DUNDERS):
-                _check_identifier(node, node.name, "function")
+                _check_identifier(node, node.name, "function", own=not direct_in_class)
             if node.name == "self":
                 raise _reject(node, "'self' may not be used as a function name")
         params = node.args.posonlyargs + node.args.args
@@ -385,7 +406,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         if node.name:
-            _check_identifier(node, node.name, "name")
+            _check_identifier(node, node.name, "name", own=True)
             if node.name == "self":
                 raise _reject(node, "'self' may not be assigned or deleted")
         self.generic_visit(node)

@@ -136,6 +136,26 @@ def test_jax_random_imported_by_name_passes_as_the_contracts_say():
     assert "line 1: import of 'jax.scipy' is not allowed" in refused.reason
 
 
+@pytest.mark.parametrize(
+    ("name", "allowed"),
+    [("summary", True), ("module", True), ("config", True), ("debug", True),
+     ("os", False), ("sys", False), ("eval", False), ("getattr", False)],
+)  # fmt: skip
+def test_a_variable_may_share_a_name_with_jax_internals_not_with_builtins_or_os(name, allowed):
+    """A bare name reaches only what the program defines or imports, so a variable named
+    like a flax internal (the 1.5B's ``summary``) passes; builtins and process modules stay
+    refused by name anywhere."""
+    code = (
+        "def reward(prev_state, action, next_state, params):\n"
+        f"    {name} = next_state.inventory\n"
+        f"    return -{name}\n"
+    )
+    result = validate(code, "reward", runtime=False)
+    assert result.ok is allowed, result.reason
+    if not allowed:
+        assert f"line 2: name {name!r} is not allowed" in result.reason
+
+
 @pytest.mark.parametrize("program", RUNTIME, ids=[p["name"] for p in RUNTIME])
 def test_runtime_and_valid_programs(program, runtime_results):
     result = runtime_results[program["name"]]
