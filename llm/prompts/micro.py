@@ -20,6 +20,7 @@ from llm.prompts.macro import field_docs
 from llm.validate.static import ALLOWED_IMPORTS
 from serl_jax.components.communication import MAX_MESSAGE_SIZE
 from serl_jax.components.imagination import ImagineParams
+from serl_jax.components.profiling import PROFILE_PARAM_FIELDS
 from serl_jax.config import ImagineConfig, MarlConfig, NetworkConfig
 from serl_jax.envs.execution import NUM_PRIVATE_FEATURES, EnvState
 
@@ -334,8 +335,8 @@ LLM4PROFILING = MicroPrompt(
     "order: a dict of float32 side (+1 sell, -1 buy), float32 quantity (> 0, Q multiplier), "
     "int32 start and window_len (minutes, inside the day) and float32 urgency (>= 0).",
     inputs="`key`: the episode's JAX PRNG key; `agent_index`: int32 scalar, traced; "
-    "`n_agents`: a Python int; `params`: fields side, quantity_low, quantity_high, "
-    "min_window_len, data.num_slots (T).",
+    f"`n_agents`: a Python int; `params`: fields {', '.join(PROFILE_PARAM_FIELDS)} "
+    "(data.num_slots is T, the minutes in the day).",
 )
 
 LLM4COMMUNICATION = MicroPrompt(

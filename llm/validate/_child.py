@@ -303,7 +303,8 @@ def _profiling_trial(entry, params):
 @functools.cache
 def _profile_param_types():
     """``(ProfileParams, ProfileData)``, made once in the harness's setup (before the guard
-    is armed: creating a class sets attributes of a type, which the guard denies)."""
+    is armed: creating a class sets attributes of a type, which the guard denies). Their
+    fields are ``PROFILE_PARAM_FIELDS``; a test holds the two together."""
     from flax import struct
 
     @struct.dataclass
@@ -323,8 +324,8 @@ def _profile_param_types():
 
 def _profile_params(params):
     """What a profile program reads in the trial: the US sample's environment parameters,
-    limited to the fields the LLM4Profiling contract lists (``side``, ``quantity_low``,
-    ``quantity_high``, ``min_window_len``, ``data.num_slots``). Any other field differs
+    limited to the fields the LLM4Profiling contract lists (:data:`PROFILE_PARAM_FIELDS
+    <serl_jax.components.profiling.PROFILE_PARAM_FIELDS>`). Any other field differs
     between the static and the dynamic market, or exists in one only, so a program
     reading it is refused here, with an ``AttributeError`` naming it, instead of passing
     on the static market's parameters and failing in training (2026-11-27: a profile

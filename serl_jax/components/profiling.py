@@ -55,6 +55,11 @@ ProfileFn = Callable[[jax.Array, jax.Array, int, Any], AgentProfile]
 #: the fields of a profile, in :class:`AgentProfile`'s order
 PROFILE_FIELDS = ("side", "quantity", "start", "window_len", "urgency")
 
+#: the environment parameters a profile program may read (LLM4Profiling's contract);
+#: validation hands a candidate these only, so a program reading another field, one that
+#: differs between the static and the dynamic market, is refused before it trains
+PROFILE_PARAM_FIELDS = ("side", "quantity_low", "quantity_high", "min_window_len", "data.num_slots")
+
 
 def as_profile(out: Any) -> AgentProfile:
     """A profile function's output as an :class:`AgentProfile`: the class itself, or a

@@ -479,3 +479,19 @@ def test_every_design_prompt_states_the_rules_the_validator_checks():
         assert name in state and name in field_docs(EnvState)
     for name in ("reward_scale", "urgency", "side", "terminal_penalty_bps"):
         assert name in params and name in field_docs(EnvParams)
+
+
+def test_profile_contract_validation_and_the_shared_field_list_agree():
+    from llm.validate._child import _profile_param_types
+    from serl_jax.components.profiling import PROFILE_PARAM_FIELDS
+
+    profile_params, profile_data = _profile_param_types()
+    handed = [f.name for f in dataclasses.fields(profile_params) if f.name != "data"]
+    handed += [f"data.{f.name}" for f in dataclasses.fields(profile_data)]
+    assert tuple(handed) == PROFILE_PARAM_FIELDS
+    contract = MICRO_PROMPTS["profiling"].contract
+    assert [f for f in PROFILE_PARAM_FIELDS if f"`params.{f}`" not in contract] == []
+    assert (
+        "`params`: fields side, quantity_low, quantity_high, min_window_len, data.num_slots "
+        "(data.num_slots is T, the minutes in the day)." in MICRO_PROMPTS["profiling"].inputs
+    )
