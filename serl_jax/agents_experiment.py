@@ -28,6 +28,7 @@ from serl_jax.data import MarketSplits
 from serl_jax.envs.dynamic import DynamicEnvParams
 from serl_jax.envs.execution import EnvParams, default_reward
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.envs.propagator import PropagatorMultiAgentEnv
 from serl_jax.envs.static_multi_agent import StaticMultiAgentEnv
 from serl_jax.evaluation import MultiAgentRollout, multi_agent_rollout, per_agent_policy
 from serl_jax.experiment import TWAP, TWAP_POV, selection_entry
@@ -80,12 +81,15 @@ class TrainedAgents:
 
 def make_agents_env(
     cfg: Config, profile_fn: Callable | None = None, reward_fn: Callable | None = None
-) -> MultiAgentExecutionEnv:
-    """The ``cfg.marl`` environment: ``marl.agents`` agents in ``marl.scenario`` with
-    ``reward_fn`` (a validated reward program; None: the default reward) and
-    ``profile_fn`` (a validated profile program; None: the default profile, every agent
-    the single-agent draw)."""
-    return MultiAgentExecutionEnv(
+) -> MultiAgentExecutionEnv | PropagatorMultiAgentEnv:
+    """The ``cfg.marl`` environment: ``marl.agents`` agents in ``marl.scenario`` in the
+    dynamic market ``market.simulator`` names, with ``reward_fn`` (a validated reward
+    program; None: the default reward) and ``profile_fn`` (a validated profile program;
+    None: the default profile, every agent the single-agent draw)."""
+    env_class = (
+        PropagatorMultiAgentEnv if cfg.market.simulator == "propagator" else MultiAgentExecutionEnv
+    )
+    return env_class(
         cfg.marl.agents,
         cfg.marl.scenario,
         reward_fn=reward_fn or default_reward,

@@ -1,6 +1,6 @@
 """Run configuration: YAML presets plus dotted command-line overrides.
 
-A config has eleven sections. ``env`` takes exactly the fields of
+A config has twelve sections. ``env`` takes exactly the fields of
 :class:`serl_jax.envs.execution.EnvParams` (but ``data``) and ``ppo`` those of
 :class:`serl_jax.rl.ppo.PPOConfig`, so there is one place where each knob is defined and
 documented. Unknown keys and values of the wrong type are rejected with a one-line
@@ -29,6 +29,7 @@ from serl_jax.envs.execution import (
 )
 from serl_jax.envs.multi_agent import SCENARIOS
 from serl_jax.lob.engine import LOB_ENGINES
+from serl_jax.market.propagator import PropagatorConfig
 from serl_jax.rl.hybrid import HybridConfig
 from serl_jax.rl.marl import ALGORITHMS, MARLConfig
 from serl_jax.rl.networks import check_action_multiples, declared_prior_anchor, make_network
@@ -482,6 +483,7 @@ class DekConfig:
 
 
 MARKET_MODES = ("static", "dynamic", "hybrid")
+MARKET_SIMULATORS = ("lob", "propagator")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -489,14 +491,19 @@ class MarketConfig:
     """Which market PPO trains in (:mod:`serl_jax.market`, :mod:`serl_jax.rl.hybrid`).
 
     Attributes:
-        mode: ``static`` (replayed minute bars), ``dynamic`` (the simulated order-book
-            market) or ``hybrid`` (both at once, ``L = alpha L_static + beta L_dynamic``).
-            With ``dynamic`` or ``hybrid``, a PPO policy trained in the static market is
-            trained as well, and every policy is evaluated in both markets.
-        params: calibrated background-population parameters (YAML from
-            ``python -m serl_jax.calibrate``), or ``auto``: the shipped
+        mode: ``static`` (replayed minute bars), ``dynamic`` (the simulated market of
+            ``simulator``) or ``hybrid`` (both at once, ``L = alpha L_static + beta
+            L_dynamic``). With ``dynamic`` or ``hybrid``, a PPO policy trained in the
+            static market is trained as well, and every policy is evaluated in both
+            markets.
+        simulator: the dynamic market: ``lob`` (background populations on a simulated
+            order book, :mod:`serl_jax.market.simulator`) or ``propagator`` (the replayed
+            bars moved by the agents' own transient impact, section ``impact``,
+            :mod:`serl_jax.market.propagator`).
+        params: the ``lob`` market's calibrated background-population parameters (YAML
+            from ``python -m serl_jax.calibrate``), or ``auto``: the shipped
             ``configs/market/<sample>.yaml`` of a ``sample:<name>`` market.
-        child_order: ``market`` or ``passive`` child orders in the dynamic market.
+        child_order: ``market`` or ``passive`` child orders in the ``lob`` market.
         dynamic_envs: parallel dynamic-market episodes per PPO rollout.
         alpha_init: initial weight of the static loss (beta = 1 - alpha).
         min_weight: alpha and beta are clipped to ``[min_weight, 1 - min_weight]``.
@@ -508,12 +515,18 @@ class MarketConfig:
             raise ValueError(
                 f"market.mode: expected one of {list(MARKET_MODES)}, got {self.mode!r}"
             )
+        if self.simulator not in MARKET_SIMULATORS:
+            raise ValueError(
+                f"market.simulator: expected one of {list(MARKET_SIMULATORS)}, "
+                f"got {self.simulator!r}"
+            )
         if self.child_order not in ("market", "passive"):
             raise ValueError(
                 f"market.child_order: expected market or passive, got {self.child_order!r}"
             )
 
     mode: str = "hybrid"
+    simulator: str = "lob"
     params: str = "auto"
     child_order: str = "market"
     dynamic_envs: int = 32
@@ -677,6 +690,7 @@ class Config:
     lob: LobConfig = LobConfig()
     imagine: ImagineConfig = ImagineConfig()
     marl: MarlConfig = MarlConfig()
+    impact: PropagatorConfig = PropagatorConfig()
 
     def env_params(self, data) -> EnvParams:
         """``EnvParams`` for the given ``MarketData`` with this config's env section."""
@@ -705,6 +719,7 @@ class Config:
             "lob": plain(dataclasses.asdict(self.lob)),
             "imagine": plain(dataclasses.asdict(self.imagine)),
             "marl": plain(dataclasses.asdict(self.marl)),
+            "impact": plain(dataclasses.asdict(self.impact)),
         }
 
 
@@ -813,6 +828,7 @@ _SECTIONS = {
     "lob": LobConfig,
     "imagine": ImagineConfig,
     "marl": MarlConfig,
+    "impact": PropagatorConfig,
 }
 
 
@@ -847,6 +863,11 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
             f"ppo.group_size={cfg.ppo.group_size} must divide "
             f"market.dynamic_envs={cfg.market.dynamic_envs} (sibling lanes in both markets)"
         )
+    if cfg.market.mode != "static" and cfg.market.simulator == "propagator":
+        try:
+            cfg.impact.check_round_trips()
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     if cfg.marl.agents > 1 and cfg.market.mode == "static":
         raise ConfigError(
             f"marl.agents={cfg.marl.agents}: several agents train in the dynamic or hybrid "

@@ -18,13 +18,15 @@ Usage::
 
     python -m serl_jax.evaluate --data PATH
                                 [--policy twap|vwap|avwap|pov|ac|immediate|oracle|CHECKPOINT ...]
-                                [--env static|dynamic] [--split test|heldout|all]
+                                [--env static|dynamic|propagator] [--split test|heldout|all]
                                 [--config FILE] [--json] [--verbose] [section.key=value ...]
 
-``--env dynamic`` runs the orders through the simulated order-book market
-(:mod:`serl_jax.market`) with the calibrated parameters of ``market.params`` (``auto``:
-the shipped ``configs/market/<sample>.yaml`` of a ``sample:<name>`` dataset), so the
-orders move prices; ``immediate`` (the whole order at once) is the impact reference.
+``--env dynamic`` runs the orders through the dynamic market ``market.simulator`` names:
+the simulated order-book market (:mod:`serl_jax.market`) with the calibrated parameters
+of ``market.params`` (``auto``: the shipped ``configs/market/<sample>.yaml`` of a
+``sample:<name>`` dataset), or the propagator market (:mod:`serl_jax.market.propagator`,
+section ``impact``; ``--env propagator`` chooses it), so the orders move prices;
+``immediate`` (the whole order at once) is the impact reference.
 
 With a checkpoint, the environment settings it was trained with are used (so the
 observation matches the network) unless overridden. Every policy but TWAP is compared
@@ -38,6 +40,7 @@ Exit codes: 0 ok, 2 bad input (one-line error on stderr).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -92,7 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         "VWAP), pov, ac, immediate, oracle (hindsight, not achievable) or a checkpoint folder; "
         "repeatable (default: twap, twap-pov, vwap, avwap, pov, ac, oracle)",
     )
-    parser.add_argument("--env", choices=("static", "dynamic"), default="static")
+    parser.add_argument(
+        "--env",
+        choices=("static", "dynamic", "propagator"),
+        default="static",
+        help="static (replayed bars, default), dynamic (market.simulator's market) or "
+        "propagator (market.simulator=propagator)",
+    )
     parser.add_argument(
         "--split",
         choices=("test", "heldout", "all"),
@@ -144,7 +153,11 @@ def _evaluate(args: argparse.Namespace) -> int:
             "(in-sample: VWAP's profile and the order sizes know their volume)"
         )
     env_params = cfg.env_params(MarketData.from_episodes(episodes))
-    if args.env == "dynamic":
+    if args.env == "propagator":
+        cfg = dataclasses.replace(
+            cfg, market=dataclasses.replace(cfg.market, simulator="propagator")
+        )
+    if args.env != "static":
         market = calibrated_market(cfg, args.data)
         env_params = dynamic_env_params(cfg, market, env_params, stats)
     env = make_env(env_params)
@@ -152,14 +165,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     baselines = baseline_policies(cfg)
     policies = {}
     for spec in specs:
-        if spec.lower() == "oracle" and args.env == "dynamic":
+        if spec.lower() == "oracle" and args.env != "static":
             raise ValueError(
                 "--policy oracle: the hindsight oracle bounds the static market's cost model; "
                 "the dynamic market's volumes are simulated"
             )
         if spec.lower() in BASELINES:
-            name = BASELINES[spec.lower()]
-            policies[name] = baselines[name]
+            baseline = BASELINES[spec.lower()]
+            policies[baseline] = baselines[baseline]
             continue
         network, params, meta = loaded[checkpoints.index(spec)]
         if meta["obs_size"] != env.observation_size(env_params):

@@ -36,11 +36,13 @@ from serl_jax.components.reward import switch_reward
 from serl_jax.config import Config
 from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
-from serl_jax.envs.execution import EnvParams, ExecutionEnv
+from serl_jax.envs.execution import EnvParams, ExecutionEnv, default_reward
 from serl_jax.envs.imagined_market import FeatureStats
+from serl_jax.envs.propagator import PropagatorEnvParams, PropagatorExecutionEnv
 from serl_jax.evaluation import Rollout, SwitchedPolicy, rollout
 from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.params import MarketParams, load_market_params
+from serl_jax.market.propagator import PropagatorParams
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage, shortfall
 from serl_jax.rl.distillation import make_teacher
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
@@ -113,18 +115,36 @@ def market_params_path(cfg: Config, spec: str) -> Path:
     return path
 
 
-def calibrated_market(cfg: Config, spec: str) -> MarketParams:
-    """The market's calibrated background parameters (raises ``ValueError`` as
-    :func:`market_params_path` and :func:`serl_jax.market.params.load_market_params`)."""
+DynamicMarket = MarketParams | PropagatorParams
+"""A dynamic market's parameters: the order book's background populations or the
+propagator (``market.simulator``)."""
+
+
+def calibrated_market(cfg: Config, spec: str) -> DynamicMarket:
+    """The dynamic market of ``cfg.market.simulator`` for a dataset: the ``lob`` market's
+    calibrated background parameters, or the ``propagator``'s (``cfg.impact``; it is
+    scaled by each symbol's training volatility and volumes, so one setting serves every
+    dataset).
+
+    Raises:
+        ValueError: as :func:`market_params_path` and
+            :func:`serl_jax.market.params.load_market_params` (``lob``), or
+            :meth:`~serl_jax.market.propagator.PropagatorConfig.params` (``propagator``).
+    """
+    if cfg.market.simulator == "propagator":
+        return cfg.impact.params()
     return load_market_params(market_params_path(cfg, spec))
 
 
 def dynamic_env_params(
-    cfg: Config, market: MarketParams, static_params: EnvParams, stats: TrainStats
-) -> DynamicEnvParams:
-    """The dynamic-market twin of ``static_params`` with ``cfg.market.child_order``, on the
-    order-book engine ``cfg.lob.engine`` names (``auto``: by the default device's
-    platform)."""
+    cfg: Config, market: DynamicMarket, static_params: EnvParams, stats: TrainStats
+) -> DynamicEnvParams | PropagatorEnvParams:
+    """The dynamic-market twin of ``static_params``: the propagator market for
+    :class:`~serl_jax.market.propagator.PropagatorParams`, else the order book with
+    ``cfg.market.child_order`` on the engine ``cfg.lob.engine`` names (``auto``: by the
+    default device's platform)."""
+    if isinstance(market, PropagatorParams):
+        return PropagatorEnvParams.from_static(static_params, stats, market)
     return DynamicEnvParams.from_static(
         static_params, stats, market, cfg.market.child_order, resolve_engine(cfg.lob.engine)
     )
@@ -150,9 +170,15 @@ def make_imagination(cfg: Config, imagine_fn: Callable | None, stats: TrainStats
     )
 
 
-def make_env(params: EnvParams) -> ExecutionEnv:
-    """The environment that runs ``params``: dynamic for :class:`DynamicEnvParams`."""
-    return DynamicExecutionEnv() if isinstance(params, DynamicEnvParams) else ExecutionEnv()
+def make_env(params: EnvParams, reward_fn: Callable = default_reward) -> ExecutionEnv:
+    """The environment that runs ``params`` (order book for :class:`DynamicEnvParams`,
+    propagator for :class:`PropagatorEnvParams`, else static) with the reward slot
+    ``reward_fn``."""
+    if isinstance(params, DynamicEnvParams):
+        return DynamicExecutionEnv(reward_fn)
+    if isinstance(params, PropagatorEnvParams):
+        return PropagatorExecutionEnv(reward_fn)
+    return ExecutionEnv(reward_fn)
 
 
 @dataclass

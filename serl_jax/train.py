@@ -14,9 +14,11 @@ is written as it happens and can be resumed after a crash or kill::
 
 With ``--llm none`` it trains plain PPO on each market of ``data.markets`` (the default
 reward and network) in the market ``--env`` names (``market.mode``): ``static``
-(replayed bars), ``dynamic`` (the simulated order-book market, :mod:`serl_jax.market`)
-or ``hybrid`` (both at once, ``L = alpha L_static + beta L_dynamic``, the default; a
-static-only ``PPO-static`` is trained beside it), and compares it with TWAP, VWAP,
+(replayed bars), ``dynamic`` (the simulated market of ``market.simulator``: the order
+book, :mod:`serl_jax.market`, or the propagator's impact on replayed bars,
+:mod:`serl_jax.market.propagator`; ``--env propagator`` is ``dynamic`` with the
+propagator) or ``hybrid`` (both at once, ``L = alpha L_static + beta L_dynamic``, the
+default; a static-only ``PPO-static`` is trained beside it), and compares it with TWAP, VWAP,
 Almgren–Chriss and the immediate sale on test days in both markets. (The SE-RL loop
 scores its candidates in the static market.) With ``--env static ppo.distill_coef=λ``
 (λ > 0) it trains by policy distillation: a teacher first, on observations holding the
@@ -48,7 +50,7 @@ Usage::
                              [--workers N] [--dek off|high|low|both]
                              [--modules reward,network,imagination]
                              [--agents N [--modules reward,network,profiling,communication]]
-                             [--env static|dynamic|hybrid]
+                             [--env static|dynamic|hybrid|propagator]
                              [--data PATH] [--out DIR] [--seed N] [--quiet] [--verbose]
                              [section.key=value ...]
     python -m serl_jax.train --llm none --agents N [--marl ippo|mappo]
@@ -104,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--env",
-        choices=["static", "dynamic", "hybrid"],
-        help="market PPO trains in with --llm none (default: market.mode, hybrid)",
+        choices=["static", "dynamic", "hybrid", "propagator"],
+        help="market PPO trains in with --llm none (default: market.mode, hybrid); "
+        "propagator: the dynamic market with market.simulator=propagator",
     )
     parser.add_argument(
         "--agents",
@@ -145,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     if args.agents is not None and args.agents > 1 and args.env is None:
         flags["market.mode"] = "dynamic"  # the agents' default market (--env hybrid: both)
+    if args.env == "propagator":
+        flags.update({"market.mode": "dynamic", "market.simulator": "propagator"})
     overrides = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     if args.data is not None:
         overrides += [

@@ -23,13 +23,13 @@ from serl_jax.calibrate import calibrate, default_lobster, real_statistics, writ
 from serl_jax.config import Config, saved_network_config
 from serl_jax.data import MarketSplits, load_minute_bars, split_days
 from serl_jax.data.episodes import HELDOUT
-from serl_jax.envs.dynamic import DynamicExecutionEnv
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
     baseline_policies,
     calibrated_market,
     dynamic_env_params,
+    make_env,
     make_imagination,
     resolve_market_path,
     rollout_policy,
@@ -166,7 +166,7 @@ def ppo_orders(
         market = calibrated_market(cfg, cfg.loop.market)
         dynamic = dynamic_env_params(cfg, market, params["train"], splits.stats)
         hybrid = {
-            "dynamic": (DynamicExecutionEnv(), dynamic),
+            "dynamic": (make_env(dynamic), dynamic),
             "hybrid": cfg.market.hybrid_config(),
         }
     elif cfg.market.mode != "static":

@@ -53,6 +53,8 @@ from serl_jax.envs.market_data import MarketData
 # (T - t)/T, log(T - t), I_t/Q, price move since arrival (percent), the share of the
 # window's expected volume still ahead, the current minute's share of it
 NUM_PRIVATE_FEATURES = 6
+MOVE_SINCE_ARRIVAL = 3
+"""Index of the price move since arrival (percent) in the observation."""
 CHILD_QUANTITIES = ("fixed", "participation")
 # Participation child orders' volume forecast: the profile rescaled by the day's volume
 # over the last 60 minutes, the adaptive VWAP baseline's look-back (chosen on validation
@@ -240,6 +242,29 @@ def history_volume_forecast(
     seen = jnp.where(seen_mask, volume[slots], 0.0).sum()
     due = expected_day * jnp.where(seen_mask, data.volume_profile[episode, slots], 0.0).sum()
     return _forecast(expected_day * data.volume_profile[episode, slot], seen, due)
+
+
+def desired_quantity(
+    state: EnvState, fraction: jnp.ndarray, params: EnvParams, slot: jnp.ndarray, volume
+) -> jnp.ndarray:
+    """The child order's size before any cap, shares: ``a_t * I_t``, or with
+    ``params.child_quantity="participation"`` the percentage-of-volume order
+    ``min(a_t * I_t * v_s / V̂_s, I_t)`` (``V̂_s`` from :func:`minute_volume_forecast`;
+    ``a_t * I_t`` where the forecast is 0).
+
+    Args:
+        state: the episode before the step.
+        fraction: float32 ``a_t`` in [0, 1].
+        params: environment parameters.
+        slot: int32 minute of the step.
+        volume: float32 the minute's replayed volume ``v_s``.
+    """
+    desired = fraction * state.inventory
+    if params.child_quantity == "participation":
+        forecast = minute_volume_forecast(params.data, state.episode, slot)
+        rate = safe_divide(desired, forecast)
+        desired = jnp.where(forecast > 0, jnp.minimum(rate * volume, state.inventory), desired)
+    return desired
 
 
 def step_price_advantage(state: EnvState, params: EnvParams) -> jnp.ndarray:
@@ -625,11 +650,7 @@ class ExecutionEnv(environment.Environment[EnvState, EnvParams]):
             fraction = jnp.minimum(fraction, 1.0)
         is_last = state.time + 1 >= state.window_len
         forced = jnp.logical_and(params.force_liquidation, is_last)
-        desired = fraction * state.inventory
-        if params.child_quantity == "participation":
-            forecast = minute_volume_forecast(data, state.episode, slot)
-            rate = safe_divide(desired, forecast)
-            desired = jnp.where(forecast > 0, jnp.minimum(rate * volume, state.inventory), desired)
+        desired = desired_quantity(state, fraction, params, slot, volume)
         capped = jnp.minimum(desired, params.participation_cap * volume)
         qty = jnp.where(forced, state.inventory, capped)
         liquidity = jnp.where(

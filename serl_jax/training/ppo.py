@@ -20,11 +20,11 @@ import numpy as np
 from llm.validate import SandboxError
 from serl_jax.config import Config
 from serl_jax.data import DataError, MarketSplits
-from serl_jax.envs.dynamic import DynamicExecutionEnv
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import (
     ORACLE,
+    DynamicMarket,
     baseline_policies,
     calibrated_market,
     dynamic_env_params,
@@ -36,7 +36,6 @@ from serl_jax.experiment import (
     train_policy,
     train_teacher,
 )
-from serl_jax.market.params import MarketParams
 from serl_jax.metrics import ExecutionMetrics, price_advantage
 from serl_jax.plots import plot_pa_distribution, plot_training_curve, plot_trajectories
 from serl_jax.rl.checkpoint import save_policy
@@ -62,7 +61,7 @@ def _ppo_policy(cfg: Config, trained) -> tuple[Any, Any]:
 
 def run_market(
     cfg: Config,
-    market: MarketParams | None,
+    market: DynamicMarket | None,
     splits: MarketSplits,
     out_dir: Path,
     progress: bool,
@@ -76,7 +75,7 @@ def run_market(
     scored in both markets, so the cost of ignoring impact is visible.
 
     Args:
-        market: the calibrated background parameters of the dynamic market; None (only
+        market: the dynamic market (:data:`serl_jax.experiment.DynamicMarket`); None (only
             in the static mode, for data without calibrated parameters) scores the
             policies in the static market only.
         imagination: mixed sampling of imagined training days for every PPO policy
@@ -121,14 +120,14 @@ def run_market(
             params["val"],
             progress=progress,
             description=f"{label} hybrid",
-            dynamic=(DynamicExecutionEnv(), dynamic["train"]),
+            dynamic=(make_env(dynamic["train"]), dynamic["train"]),
             hybrid=cfg.market.hybrid_config(),
             imagination=imagination,
         )
     elif mode == "dynamic":
         trained = train_policy(
             cfg,
-            DynamicExecutionEnv(),
+            make_env(dynamic["train"]),
             dynamic["train"],
             dynamic["val"],
             progress=progress,
