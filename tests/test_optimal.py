@@ -242,7 +242,6 @@ def test_obizhaeva_wang_minute_form_is_near_the_discrete_optimum(rho_t):
         (lambda: obizhaeva_wang_schedule(5, -0.1), "resilience"),
         (lambda: obizhaeva_wang_cost(0.1, 0.0), "duration_minutes"),
         (lambda: remaining_targets([0.5, 0.4]), "sum to 1"),
-        (lambda: schedule_policy(np.ones((2, 2))), "targets"),
     ],
 )
 def test_bad_inputs_name_the_argument(call, message):
@@ -266,12 +265,17 @@ def test_schedule_policy_realizes_the_schedule_in_the_env():
     assert targets[-1] == 0.0
     np.testing.assert_allclose(targets[:-1], 1.0 - np.cumsum(schedule)[:-1], rtol=0, atol=1e-15)
 
-    policy = schedule_policy(targets)
-    assert policy == schedule_policy(targets.tolist()) and hash(policy) == hash(
-        schedule_policy(targets)
-    )
     data = trend_market(n_episodes=2, n_slots=num_slots, drift_per_minute=0.0)
     params = EnvParams(data=data, participation_cap=1e6, quantity_low=1.0, quantity_high=1.0)
-    result = jax.device_get(rollout(ExecutionEnv(), policy, None, params, jax.random.key(0)))
+    env, key = ExecutionEnv(), jax.random.key(0)
+    # one schedule for every episode, then one per episode (the second is TWAP)
+    result = jax.device_get(rollout(env, schedule_policy, targets[None], params, key))
     realized = result.exec_qty / result.quantity[:, None]
     np.testing.assert_allclose(realized, np.broadcast_to(schedule, realized.shape), atol=1e-5)
+    twap = remaining_targets(np.full(num_slots, 1.0 / num_slots))
+    per_episode = jax.device_get(
+        rollout(env, schedule_policy, np.stack([targets, twap]), params, key)
+    )
+    realized = per_episode.exec_qty / per_episode.quantity[:, None]
+    np.testing.assert_allclose(realized[0], schedule, atol=1e-5)
+    np.testing.assert_allclose(realized[1], 1.0 / num_slots, atol=1e-5)

@@ -35,7 +35,6 @@ exactly. Everything here is NumPy float64 on the host, computed once per configu
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
@@ -53,7 +52,6 @@ from serl_jax.baselines.schedules import (
 from serl_jax.envs.execution import EnvParams, EnvState
 
 __all__ = [
-    "SchedulePolicy",
     "almgren_chriss_kappa_for",
     "almgren_chriss_objective",
     "almgren_chriss_schedule",
@@ -473,51 +471,29 @@ def remaining_targets(schedule) -> np.ndarray:
     return targets
 
 
-@dataclasses.dataclass(frozen=True)
-class SchedulePolicy:
-    """Follows a precomputed whole-day schedule (a policy for
-    :func:`serl_jax.evaluation.rollout`).
+def schedule_policy(targets, key: jax.Array, obs, state: EnvState, params: EnvParams):
+    """Follows precomputed whole-day schedules, one per episode (a policy for
+    :func:`serl_jax.evaluation.rollout`, with the schedules as its parameters).
 
-    Frozen, so hashable and equal by its targets: ``rollout`` takes the policy as a static
-    argument and compiles once per schedule. Like the other baselines
-    (:mod:`serl_jax.baselines.policies`) it reads the state, ignores the observation, and
-    catches up when the participation cap held it back. It never buys back: a target
-    above the current holdings (a negative slot of the schedule) trades nothing, and the
-    next slots catch up, so it realizes a schedule exactly only if every slot is ``>= 0``.
-
-    Attributes:
-        targets: the remaining fraction after each step ``0 .. T-1`` (last 0), as Python
-            floats; steps past the end use the last.
-    """
-
-    targets: tuple[float, ...]
-
-    def __call__(self, policy_params, key: jax.Array, obs, state: EnvState, params: EnvParams):
-        """``policy(policy_params, key, obs, state, env_params) -> action``: the float32
-        fraction of the current inventory that reaches the target after ``state.time``."""
-        del policy_params, key, obs, params
-        targets = jnp.asarray(self.targets, jnp.float32)
-        target = targets[jnp.clip(state.time, 0, len(self.targets) - 1)]
-        return action_from_target(_remaining_fraction(state), target)
-
-
-def schedule_policy(targets) -> SchedulePolicy:
-    """A policy that follows remaining-fraction targets (:func:`remaining_targets`).
+    Like the other baselines (:mod:`serl_jax.baselines.policies`) it reads the state,
+    ignores the observation, and catches up when the participation cap held it back. It
+    never buys back: a target above the current holdings (a negative slot of the
+    schedule) trades nothing, and the next slots catch up, so it realizes a schedule
+    exactly only if every slot is ``>= 0``.
 
     Args:
-        targets: ``float[T]`` remaining fraction after each step of the whole-day window
-            (``T`` = the data's slots per day).
+        targets: ``float32[N, T]`` the remaining fraction after each step of episode
+            ``n``'s whole-day window (:func:`remaining_targets`; last 0), the policy's
+            parameters; one row broadcasts to every episode.
+        key, obs: unused.
+        state: the episode's state (``episode``, ``time``, inventory and quantity).
+        params: unused.
 
     Returns:
-        The :class:`SchedulePolicy` (targets closed over as a float32 constant).
-
-    Raises:
-        ValueError: ``targets`` not 1-D and non-empty, or not finite.
+        float32 action: the fraction of the current inventory that reaches the target.
     """
-    targets = np.asarray(targets, np.float64)
-    if targets.ndim != 1 or targets.size == 0 or not np.all(np.isfinite(targets)):
-        raise ValueError(
-            f"schedule_policy: targets must be a finite non-empty 1-D array, got shape "
-            f"{targets.shape}"
-        )
-    return SchedulePolicy(tuple(float(t) for t in targets))
+    del key, obs, params
+    targets = jnp.asarray(targets, jnp.float32)
+    row = jnp.minimum(state.episode, targets.shape[0] - 1)
+    target = targets[row, jnp.clip(state.time, 0, targets.shape[1] - 1)]
+    return action_from_target(_remaining_fraction(state), target)

@@ -317,6 +317,51 @@ def default_reward(
     return params.reward_scale * (pa_term - concentration - terminal)
 
 
+def mean_variance_reward(
+    prev_state: EnvState, action: jnp.ndarray, next_state: EnvState, params: EnvParams
+) -> jnp.ndarray:
+    """Almgren & Chriss's (2000) mean-variance objective as a reward slot, bps of the order.
+
+    ::
+
+        r_t = -scale * [ c_t + u * sigma_day_bps / T * x_t^2 + terminal ]
+
+    with ``c_t = side * (1 - p_exec/p_t) * 1e4 * q_t/Q`` the spread and impact the step's
+    fill paid against the replayed (undisturbed) price ``p_t``, ``x_t = I_{t+1}/Q`` the
+    fraction still held after the step, ``u = params.urgency`` the risk aversion in units
+    of ``1/sigma_day`` (``lambda = u / sigma_day`` in AC's ``lambda sigma_minute^2 tau
+    x^2`` with ``tau`` one minute and ``sigma_minute^2 = sigma_day^2 / T``, ``T`` the
+    day's minutes), and ``terminal`` the default reward's ``terminal_penalty_bps`` on what
+    is left at the end. The undiscounted sum of ``-r_t / scale`` is the order's expected
+    objective ``E[cost] + lambda Var[cost]``; with a linear impact model its minimizer is
+    AC's schedule (:mod:`serl_jax.baselines.optimal`), which makes a learner's distance to
+    the optimum measurable. The cost does not depend on the day's price path, only on the
+    schedule (and, with realized liquidity, the day's volumes).
+
+    Args:
+        prev_state: state before the step (unused).
+        action: the action taken (unused).
+        next_state: state after the step (``last_qty``, ``last_price``,
+            ``last_replayed_price`` describe the fill).
+        params: environment parameters (``side``, ``urgency``, ``reward_scale``, the data's
+            ``sigma``).
+
+    Returns:
+        float32 scalar reward.
+    """
+    del prev_state, action
+    fraction = safe_divide(next_state.last_qty, next_state.quantity)
+    paid = params.side * (1.0 - safe_divide(next_state.last_price, next_state.last_replayed_price))
+    cost = paid * 1e4 * fraction
+    n_slots = params.data.num_slots
+    sigma_day_bps = params.data.sigma[next_state.episode] * jnp.sqrt(jnp.float32(n_slots)) * 1e4
+    held = safe_divide(next_state.inventory, next_state.quantity)
+    risk = params.urgency * sigma_day_bps / n_slots * held**2
+    done = next_state.time >= next_state.window_len
+    terminal = jnp.where(done, params.terminal_penalty_bps * held, 0.0)
+    return -params.reward_scale * (cost + risk + terminal)
+
+
 def profile_schedule(
     state: EnvState, params: EnvParams, time_left: jnp.ndarray, steps_left: jnp.ndarray
 ) -> tuple[jnp.ndarray, jnp.ndarray]:

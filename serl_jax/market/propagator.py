@@ -26,12 +26,14 @@ buy, ``-1`` sell; ``v_s`` the minute's liquidity, shares), and the price at time
   the book holds a finite depth within a minute, so taking several minutes' volume at
   once costs in proportion (the square-root law describes metaorders traded over time,
   not block trades: Donier, Bonart, Mastromatteo & Bouchaud 2015, "A fully consistent,
-  minimal model for non-linear market impact", Quant. Finance 15(7)). eta = 0.04 (a
-  third of Almgren et al.'s (2005) temporary coefficient 0.142, whose exponent is 0.6;
+  minimal model for non-linear market impact", Quant. Finance 15(7)). eta = 0.02 (a
+  seventh of Almgren et al.'s (2005) temporary coefficient 0.142, whose exponent is 0.6;
   the kernel's short end already carries most of the temporary impact): at the
-  participation of a day-long schedule (~5%) it adds 0.002 sigma_day, and a day's 5%
-  sold in one minute costs 4x the day-long TWAP (1.7x without it), while a TWAP sliced
-  into 5-minute child orders costs 4% more than one sliced every minute (0.2% without).
+  participation of a day-long schedule (~5%) it adds 0.001 sigma_day; with constant
+  liquidity a day's 5% sold in one minute costs 2.9x the day-long TWAP (1.7x without
+  it), and a TWAP sliced into 5-minute child orders 2.3% more than one sliced every
+  minute (0.2% without; the larger eta = 0.04 gave 4.4%, and 9% on the replayed
+  volumes of the cn sample, above the 5% a time-consistent market should show).
 - The half-spread is paid on top, as in the static market
   (:class:`~serl_jax.envs.execution.EnvParams` ``half_spread_bps``).
 
@@ -172,7 +174,7 @@ class PropagatorConfig:
     num_exponentials: int = 10
     reference_minutes: float = 60.0
     permanent: float = 0.3
-    temporary: float = 0.04
+    temporary: float = 0.02
     form: str = "volume"
     liquidity: str = "realized"
     liquidity_floor: float = 0.1

@@ -1,0 +1,145 @@
+"""Impact report of every market: the square-root law, relaxation, TWAP's cost, re-slicing
+and the round trip, measured through each market's environment (:mod:`serl_jax.impact`).
+
+For each dataset, on its test days (reporting only: nothing here is fitted to them):
+
+- ``propagator``: the propagator market with the config's ``impact`` section;
+- ``lob``: the order-book market calibrated to the dataset's training days (the shipped
+  ``configs/market/<sample>.yaml`` for a sample; for another dataset
+  ``--lob-params NAME=FILE``, or calibrated here with ``python -m serl_jax.calibrate``'s
+  defaults and kept in ``--calibrated DIR`` for the next run).
+
+Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
+propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the
+square-root law; round trips never earn; re-slicing changes the cost by at most 5%.
+
+Usage (from the repository root)::
+
+    python benchmarks/bench_impact.py                       # the shipped cn sample
+    python benchmarks/bench_impact.py --suite paper --json  # the three large sets
+    python benchmarks/bench_impact.py --data PATH [--markets propagator] [section.key=value]
+
+``--json`` prints one object per market and dataset with ``market``, ``dataset``,
+``delta``, ``Y``, ``post_fraction_1x``, ``post_fraction_2x``, ``twap_cost_over_sqrt_law``,
+``reslice_change``, ``round_trip_bps`` and the measured points behind them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench_env import machine_description
+
+from serl_jax.benchmark.rows import calibrate_market
+from serl_jax.benchmark.suites import PAPER_DATASETS, SAMPLE_DATASETS, default_data_root
+from serl_jax.config import load_config
+from serl_jax.envs.dynamic import DynamicExecutionEnv
+from serl_jax.envs.market_data import MarketData
+from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.envs.propagator import PropagatorExecutionEnv, PropagatorMultiAgentEnv
+from serl_jax.experiment import calibrated_market, dynamic_env_params, load_splits
+from serl_jax.impact import measure_impact
+
+MARKETS = ("propagator", "lob")
+
+
+def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path):
+    """The order-book market's parameters for a dataset (module docstring)."""
+    lob_cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, simulator="lob"))
+    if dataset in given:
+        lob_cfg = dataclasses.replace(
+            lob_cfg, market=dataclasses.replace(lob_cfg.market, params=given[dataset])
+        )
+    elif not path.startswith("sample:"):
+        out = calibrated_dir / f"{dataset}-market.yaml"
+        if not out.is_file():
+            print(f"[{dataset}] calibrating the order-book market on the training days",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            t0 = time.perf_counter()
+            calibrate_market(cfg, path, out, log=lambda line: print(line, file=sys.stderr))
+            print(f"[{dataset}] calibrated in {time.perf_counter() - t0:.0f} s -> {out}",
+                  file=sys.stderr)  # fmt: skip
+        lob_cfg = dataclasses.replace(
+            lob_cfg, market=dataclasses.replace(lob_cfg.market, params=str(out))
+        )
+    return calibrated_market(lob_cfg, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=("samples", "paper"), help="datasets of a suite")
+    parser.add_argument("--data", action="append", help="a dataset folder (repeatable)")
+    parser.add_argument("--data-root", help="folder of the paper suite's sets")
+    parser.add_argument("--markets", default=",".join(MARKETS), help="propagator,lob")
+    parser.add_argument("--days", type=int, default=32, help="test days measured per dataset")
+    parser.add_argument("--duration", type=int, default=60, help="metaorder minutes D")
+    parser.add_argument("--start", type=int, default=30, help="metaorder's first minute")
+    parser.add_argument(
+        "--lob-params", action="append", default=[], metavar="DATASET=FILE",
+        help="calibrated order-book parameters of a dataset",
+    )  # fmt: skip
+    parser.add_argument(
+        "--calibrated", default="runs/calibrated", help="where calibrations are kept"
+    )
+    parser.add_argument("--json", action="store_true", help="JSON lines")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value")
+    args = parser.parse_args()
+
+    if args.data:
+        datasets = [(Path(p).name, p, ()) for p in args.data]
+    elif args.suite == "paper":
+        root = Path(args.data_root) if args.data_root else default_data_root()
+        datasets = [(d.name, str(root / d.path), d.overrides) for d in PAPER_DATASETS]
+    else:
+        samples = SAMPLE_DATASETS if args.suite == "samples" else SAMPLE_DATASETS[:1]
+        datasets = [(d.name, d.path, ()) for d in samples]
+    given = dict(item.split("=", 1) for item in args.lob_params)
+    markets = args.markets.split(",")
+    if not args.json:
+        print(machine_description())
+    header = (
+        f"{'dataset':<14} {'market':<10} {'days':>4} {'delta':>6} {'Y':>6} {'post 1x':>8} "
+        f"{'post 2x':>8} {'TWAP/sqrt':>9} {'reslice':>8} {'round trip bps':>14} {'s':>5}"
+    )
+    if not args.json:
+        print(header + "\n" + "-" * len(header))
+    for name, path, overrides in datasets:
+        cfg = load_config(None, [*overrides, *args.overrides])
+        splits = load_splits(cfg, path)
+        static = cfg.env_params(MarketData.from_episodes(splits.test))
+        for market in markets:
+            t0 = time.perf_counter()
+            if market == "propagator":
+                envs = (PropagatorExecutionEnv(), PropagatorMultiAgentEnv)
+                model = cfg.impact.params()
+            else:
+                envs = (DynamicExecutionEnv(), MultiAgentExecutionEnv)
+                model = lob_market(cfg, name, path, given, Path(args.calibrated))
+            params = dynamic_env_params(cfg, model, static, splits.stats)
+            report = measure_impact(
+                envs[0], envs[1], params, market=market, dataset=name,
+                duration=args.duration, start=args.start, days=args.days,
+            )  # fmt: skip
+            seconds = time.perf_counter() - t0
+            if args.json:
+                row = report.to_dict()
+                row["Y"] = row.pop("y")
+                print(json.dumps({**row, "seconds": round(seconds, 1)}), flush=True)
+                continue
+            print(
+                f"{name:<14} {market:<10} {report.days:>4} {report.delta:>6.3f} "
+                f"{report.y:>6.3f} {report.post_fraction_1x:>8.3f} "
+                f"{report.post_fraction_2x:>8.3f} {report.twap_cost_over_sqrt_law:>9.3f} "
+                f"{report.reslice_change:>+8.3f} {report.round_trip_bps:>+14.2f} "
+                f"{seconds:>5.0f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

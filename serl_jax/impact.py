@@ -1,0 +1,354 @@
+"""The impact response of an execution market, measured through its environment.
+
+Any market that runs the execution task (the propagator,
+:class:`~serl_jax.envs.propagator.PropagatorExecutionEnv`; the order book,
+:class:`~serl_jax.envs.dynamic.DynamicExecutionEnv`) is measured the same way, with the
+same scripted orders on the same days, against the empirical laws of market impact:
+
+- **Square-root law** (Tóth et al. 2011; Almgren et al. 2005): sell metaorders of
+  ``Q = f * E[V]`` (``f`` in :data:`DEFAULT_SIZES`, ``V`` the volume of a ``duration``
+  -minute window starting at minute ``start``), one TWAP slice a minute. The peak
+  impact, the price at the order's end against the same market without the order, is
+  fitted to ``Y * sigma_day * (Q/V)^delta`` over the sizes (least squares of the logs of
+  the means over days; ``Q/V`` with the day's realized window volume).
+- **Relaxation** (Bacry et al. 2015; Zarinelli et al. 2015: to about 2/3 of the peak):
+  the impact one and two order durations after the order ends, over its peak, at the
+  reference size (:data:`REFERENCE_SIZE`).
+- **TWAP's cost against the square-root law**: the environment's own task, a whole-day
+  TWAP order of the reference size of the day's expected volume: its cost against the
+  undisturbed market's prices, spread included, in units of ``sigma_day * sqrt(Q/V)``
+  (``V`` the day's realized volume; means over days).
+- **Re-slicing**: the reference metaorder's cost when its child orders go every
+  :data:`RESLICE_MINUTES` minutes (five minutes' slices at once) instead of every minute,
+  as a relative change.
+- **Round trip**: buy at the reference size over the window, then sell at the same size
+  over the next one (two agents of the market's multi-agent environment): the sell's
+  average price minus the buy's, each against the undisturbed market's prices at its
+  fills, in bps of the arrival price. A market in which it is positive can be
+  manipulated.
+
+"The undisturbed market" is the same environment and days with ``Q = 0`` and the same
+PRNG keys, so in the order book the background populations draw the same numbers and the
+difference is the order's own impact (in the propagator the undisturbed price is the
+replayed bar). ``sigma_day`` is the symbol's training volatility,
+``sigma_minute * sqrt(T)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from serl_jax.components.profiling import AgentProfile
+from serl_jax.envs.execution import EnvParams, ExecutionEnv
+
+DEFAULT_SIZES = (0.001, 0.003, 0.01, 0.03, 0.1, 0.2)
+"""Metaorder sizes, fractions of the window's expected volume (0.1% to 20%)."""
+REFERENCE_SIZE = 0.05
+"""The size of the relaxation, cost, re-slicing and round-trip measurements."""
+RESLICE_MINUTES = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class ImpactReport:
+    """One market's impact response (module docstring).
+
+    Attributes:
+        market, dataset: names.
+        days: days (episodes) measured.
+        duration_minutes: the metaorders' duration D, minutes.
+        delta, y: the square-root law's fitted exponent and prefactor.
+        post_fraction_1x, post_fraction_2x: the impact D and 2D minutes after the order
+            ends, over its peak.
+        twap_cost_over_sqrt_law: the whole-day TWAP order's mean cost over
+            ``mean sigma_day sqrt(Q/V_day)``.
+        reslice_change: relative change of the reference metaorder's cost with child
+            orders every :data:`RESLICE_MINUTES` minutes.
+        round_trip_bps: a buy-then-sell round trip's profit, bps (never above 0 in a
+            market without price manipulation).
+        participation: ``[len(sizes)]`` mean realized ``Q/V`` per size.
+        peak_sigma: ``[len(sizes)]`` mean peak impact per size, units of sigma_day.
+        relaxation: ``[3D + 1]`` the mean impact path of the reference order over its
+            peak, minute by minute from its start.
+    """
+
+    market: str
+    dataset: str
+    days: int
+    duration_minutes: int
+    delta: float
+    y: float
+    post_fraction_1x: float
+    post_fraction_2x: float
+    twap_cost_over_sqrt_law: float
+    reslice_change: float
+    round_trip_bps: float
+    participation: tuple[float, ...]
+    peak_sigma: tuple[float, ...]
+    relaxation: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (lists for the tuples)."""
+        out = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
+def fit_square_root_law(participation, peak_sigma) -> tuple[float, float]:
+    """``(delta, Y)`` of ``peak = Y (Q/V)^delta`` by least squares on the logs.
+
+    Args:
+        participation: mean ``Q/V`` per size, > 0.
+        peak_sigma: mean peak impact per size, units of sigma_day.
+
+    Raises:
+        ValueError: fewer than two sizes with a positive mean peak (no fit).
+    """
+    x, y = np.asarray(participation, np.float64), np.asarray(peak_sigma, np.float64)
+    keep = (x > 0) & (y > 0)
+    if keep.sum() < 2:
+        raise ValueError(f"impact fit: {keep.sum()} size(s) with a positive mean peak, need 2")
+    slope, intercept = np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)
+    return float(slope), float(np.exp(intercept))
+
+
+def _window_volume(data, episodes, start, minutes, cumulative):
+    """Per-episode sum over ``[start, start + minutes)`` of a ``[N, T + 1]`` running sum."""
+    return cumulative[episodes, start + minutes] - cumulative[episodes, start]
+
+
+def scripted_orders(
+    env: ExecutionEnv,
+    params: EnvParams,
+    episodes: jax.Array,
+    start: int,
+    length: int,
+    quantity: jax.Array,
+    schedule: jax.Array,
+    key: jax.Array,
+) -> dict[str, jax.Array]:
+    """Runs one scripted order per episode: ``schedule[t] * Q`` shares at step ``t``.
+
+    Args:
+        env: the market's single-agent environment.
+        params: its parameters.
+        episodes: ``int32[E]`` days.
+        start: the window's first minute.
+        length: the window's minutes (the last step trades what is left, if anything).
+        quantity: ``float32[E]`` the parent order's multiplier on ``order_fraction *
+            E[window volume]`` (0: no order, the undisturbed market).
+        schedule: ``float32[length]`` fractions of Q per step.
+        key: PRNG key; step ``t`` of episode ``e`` uses ``fold_in(fold_in(key, e), t)``
+            whatever the order, so runs that differ only in Q are paired.
+
+    Returns:
+        ``{"quantity": [E], "market_price": [E, length], "exec_qty": [E, length],
+        "exec_price": [E, length]}`` (shares and currency; ``market_price`` is the
+        price before each minute's trades).
+    """
+
+    q, market_price, qty, price = _scripted_orders(
+        env, params, episodes, start, length, quantity, schedule, key
+    )
+    return {"quantity": q, "market_price": market_price, "exec_qty": qty, "exec_price": price}
+
+
+@functools.partial(jax.jit, static_argnames=("env", "length"))
+def _scripted_orders(env, params, episodes, start, length, quantity, schedule, key):
+    """:func:`scripted_orders`' compiled part: one program per environment and length."""
+
+    def one(episode, multiplier):
+        state = env.init_state(params, episode, jnp.int32(start), jnp.int32(length), multiplier)
+        episode_key = jax.random.fold_in(key, episode)
+
+        def minute(state, t):
+            target = schedule[t] * state.quantity
+            action = jnp.clip(jnp.where(state.inventory > 0, target / state.inventory, 0.0), 0, 1)
+            _, state, _, _, info = env.step_env(
+                jax.random.fold_in(episode_key, t), state, action, params
+            )
+            return state, (info["market_price"], info["exec_qty"], info["exec_price"])
+
+        _, (market_price, qty, price) = jax.lax.scan(minute, state, jnp.arange(length))
+        return state.quantity, market_price, qty, price
+
+    return jax.vmap(one)(episodes, quantity)
+
+
+def _cost_sigma(run, undisturbed, sigma, side):
+    """Per-order cost against the undisturbed prices, units of sigma_day (a fraction)."""
+    qty = run["exec_qty"]
+    paid = (qty * run["exec_price"]).sum(1)
+    reference = (qty * undisturbed["market_price"]).sum(1)
+    return side * (1.0 - paid / reference) / sigma
+
+
+def measure_impact(
+    env: ExecutionEnv,
+    multi_agent_env_class,
+    params: EnvParams,
+    *,
+    market: str,
+    dataset: str,
+    duration: int = 60,
+    start: int = 30,
+    days: int = 32,
+    sizes: tuple[float, ...] = DEFAULT_SIZES,
+    key: jax.Array | None = None,
+) -> ImpactReport:
+    """The market's :class:`ImpactReport` (module docstring) on the first ``days`` days
+    of ``params.data``.
+
+    Args:
+        env: the market's single-agent environment (its reward slot is not used).
+        multi_agent_env_class: its multi-agent environment's class (the round trip's two
+            agents), called as ``cls(2, "independent", profile_fn=...)``.
+        params: the market's parameters (set to sells of fixed-size child orders).
+        market, dataset: names for the report.
+        duration: D, the metaorders' minutes.
+        start: their first minute (``start + 3D + 1`` minutes must fit in the day).
+        days: days measured (fewer if the data has fewer).
+        sizes: metaorder sizes, fractions of the window's expected volume.
+        key: PRNG key (default ``PRNGKey(0)``).
+
+    Raises:
+        ValueError: the windows do not fit in the day, or the square-root fit has fewer
+            than two sizes with a positive mean peak.
+    """
+    data = params.data
+    length = 3 * duration + 1
+    if start < 0 or start + length > data.num_slots:
+        raise ValueError(
+            f"impact: start {start} + 3 x {duration} + 1 minutes do not fit in a day of "
+            f"{data.num_slots} minutes"
+        )
+    key = jax.random.PRNGKey(0) if key is None else key
+    params = params.replace(
+        side=1.0, quantity_low=1.0, quantity_high=1.0, random_window=False, child_quantity="fixed"
+    )
+    episodes = jnp.arange(min(days, data.num_episodes), dtype=jnp.int32)
+    expected_order = _window_volume(data, episodes, start, duration, data.cum_profile)
+    expected_window = _window_volume(data, episodes, start, length, data.cum_profile)
+    per_size = expected_order / expected_window / params.order_fraction
+    realized = np.asarray(_window_volume(data, episodes, start, duration, data.cum_volume))
+    sigma = np.asarray(data.sigma[episodes]) * np.sqrt(data.num_slots)
+
+    twap = np.zeros(length, np.float32)
+    twap[:duration] = 1.0 / duration
+    every_fifth = np.zeros(length, np.float32)
+    every_fifth[:duration:RESLICE_MINUTES] = RESLICE_MINUTES / duration
+
+    def run(size, schedule):
+        return jax.device_get(
+            scripted_orders(
+                env, params, episodes, start, length, size * per_size, jnp.asarray(schedule), key
+            )
+        )
+
+    undisturbed = run(0.0, twap)
+
+    def impact_path(orders):  # sells: a price below the undisturbed one is impact
+        base = undisturbed["market_price"]
+        return (base - orders["market_price"]) / base / sigma[:, None]
+
+    participation, peaks = [], []
+    for size in sizes:
+        orders = run(size, twap)
+        participation.append(float(np.mean(orders["quantity"] / realized)))
+        peaks.append(float(np.mean(impact_path(orders)[:, duration])))
+    delta, y = fit_square_root_law(participation, peaks)
+
+    reference = run(REFERENCE_SIZE, twap)
+    path = impact_path(reference).mean(0)
+    peak = path[duration]
+    window_cost = float(np.mean(_cost_sigma(reference, undisturbed, sigma, 1.0)))
+    resliced = run(REFERENCE_SIZE, every_fifth)
+    resliced_cost = float(np.mean(_cost_sigma(resliced, undisturbed, sigma, 1.0)))
+
+    n_slots = data.num_slots  # the whole-day TWAP order of the reference size
+    day = jnp.full(n_slots, 1.0 / n_slots, jnp.float32)
+    day_size = jnp.full(episodes.shape, REFERENCE_SIZE / params.order_fraction)
+
+    def whole_day(multiplier):
+        return jax.device_get(
+            scripted_orders(env, params, episodes, 0, n_slots, multiplier, day, key)
+        )
+
+    day_orders, day_undisturbed = whole_day(day_size), whole_day(0.0 * day_size)
+    day_volume = np.asarray(data.cum_volume[episodes, n_slots] - data.cum_volume[episodes, 0])
+    twap_cost = np.mean(_cost_sigma(day_orders, day_undisturbed, sigma, 1.0))
+    sqrt_law = np.mean(np.sqrt(day_orders["quantity"] / day_volume))
+    return ImpactReport(
+        market=market,
+        dataset=dataset,
+        days=int(episodes.shape[0]),
+        duration_minutes=duration,
+        delta=delta,
+        y=y,
+        post_fraction_1x=float(path[2 * duration] / peak),
+        post_fraction_2x=float(path[3 * duration] / peak),
+        twap_cost_over_sqrt_law=float(twap_cost / sqrt_law),
+        reslice_change=resliced_cost / window_cost - 1.0,
+        round_trip_bps=round_trip_profit_bps(
+            multi_agent_env_class, params, episodes, start, duration, key
+        ),
+        participation=tuple(participation),
+        peak_sigma=tuple(peaks),
+        relaxation=tuple(float(v) for v in path / peak),
+    )
+
+
+def round_trip_profit_bps(
+    multi_agent_env_class,
+    params: EnvParams,
+    episodes: jax.Array,
+    start: int,
+    duration: int,
+    key: jax.Array,
+) -> float:
+    """A buy over ``[start, start + D)`` then a sell over the next ``D`` minutes (TWAP
+    slices, two agents, each ``Q`` the reference size of its window's expected volume):
+    the mean over days of ``(sell price - buy price)`` against the undisturbed market's
+    prices at the same fills, bps of the arrival price (module docstring)."""
+
+    def profile(_key, agent, _n_agents, env_params):
+        return AgentProfile(
+            side=jnp.where(agent == 0, -1.0, 1.0).astype(jnp.float32),
+            quantity=jnp.float32(1.0),
+            start=jnp.int32(start) + agent * duration,
+            window_len=jnp.int32(duration),
+            urgency=jnp.float32(0.0),
+        )
+
+    env = multi_agent_env_class(2, "independent", profile_fn=profile)
+    per_window = REFERENCE_SIZE / params.order_fraction
+
+    def one(episode, multiplier):
+        state = env.init_state(params.replace(order_fraction=params.order_fraction * multiplier),
+                               episode, key)  # fmt: skip
+        episode_key = jax.random.fold_in(key, episode)
+
+        def minute(state, t):
+            agents = state.agents
+            actions = 1.0 / jnp.maximum(agents.window_len - agents.time, 1).astype(jnp.float32)
+            _, state, _, _, info = env.step_env(
+                jax.random.fold_in(episode_key, t), state, actions, params
+            )
+            return state, (info["market_price"], info["exec_qty"], info["exec_price"])
+
+        _, out = jax.lax.scan(minute, state, jnp.arange(2 * duration))
+        return out
+
+    run = jax.jit(jax.vmap(one, in_axes=(0, None)))
+    base_price, _, _ = jax.device_get(run(episodes, 0.0))
+    price, qty, paid = jax.device_get(run(episodes, per_window))
+    # [E, 2D, 2 agents]: each agent's average fill against the undisturbed prices
+    excess = (qty * (paid - base_price)).sum(1) / qty.sum(1)
+    arrival = base_price[:, 0, 0]
+    profit = (excess[:, 1] - excess[:, 0]) / arrival * 1e4
+    del price
+    return float(np.mean(profit))

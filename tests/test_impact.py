@@ -1,0 +1,128 @@
+"""The impact report (serl_jax.impact): on a flat synthetic market the propagator's report is
+the model's closed form, figure by figure; on the real sample's order book it runs and
+sees impact grow with size."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from serl_jax.baselines import twap_policy
+from serl_jax.baselines.optimal import optimal_schedule, remaining_targets, schedule_policy
+from serl_jax.config import load_config
+from serl_jax.envs.dynamic import DynamicExecutionEnv
+from serl_jax.envs.execution import mean_variance_reward
+from serl_jax.envs.market_data import MarketData, trend_market
+from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.envs.propagator import (
+    PropagatorEnvParams,
+    PropagatorExecutionEnv,
+    PropagatorMultiAgentEnv,
+)
+from serl_jax.evaluation import rollout
+from serl_jax.experiment import calibrated_market, dynamic_env_params, load_splits, train_policy
+from serl_jax.impact import REFERENCE_SIZE, fit_square_root_law, measure_impact
+from serl_jax.market.propagator import PropagatorConfig, schedule_impacts
+from serl_jax.rl.policy import make_ppo_policy
+
+
+def test_square_root_fit_recovers_a_power_law_and_refuses_too_few_points():
+    x = np.array([0.001, 0.01, 0.1])
+    assert fit_square_root_law(x, 0.8 * x**0.45) == pytest.approx((0.45, 0.8))
+    with pytest.raises(ValueError, match="1 size"):
+        fit_square_root_law(x, [-0.1, 0.0, 0.3])
+
+
+def test_propagator_report_is_the_closed_form_on_a_flat_market():
+    """Flat volume, no spread, no permanent or temporary part: the metaorders' peaks are
+    Y (Q/V)^delta exactly, and every other figure is the model's own."""
+    config = PropagatorConfig(permanent=0.0, temporary=0.0, liquidity="constant")
+    data = trend_market(n_episodes=3, n_slots=240, drift_per_minute=0.0, n_features=5)
+    params = PropagatorEnvParams(
+        data=data, impact=config.params(), return_std=jnp.float32(1.0), half_spread_bps=0.0
+    )
+    report = measure_impact(
+        PropagatorExecutionEnv(), PropagatorMultiAgentEnv, params,
+        market="propagator", dataset="flat", days=3, sizes=(0.01, 0.05, 0.2),
+    )  # fmt: skip
+    assert report.delta == pytest.approx(0.5, abs=1e-4)
+    assert report.y == pytest.approx(0.7, rel=1e-4)
+    np.testing.assert_allclose(report.participation, [0.01, 0.05, 0.2], rtol=1e-5)
+
+    def impacts(rates):
+        rates = jnp.asarray(rates, jnp.float32)
+        mean, end = schedule_impacts(rates, jnp.zeros_like(rates), config.params())
+        return np.asarray(mean, np.float64), np.asarray(end, np.float64)
+
+    order = np.r_[np.full(60, REFERENCE_SIZE), np.zeros(120)]
+    _, end = impacts(order)  # the price before minute t is the end of minute t - 1
+    assert report.post_fraction_1x == pytest.approx(end[119] / end[59], rel=1e-4)
+    assert report.post_fraction_2x == pytest.approx(end[179] / end[59], rel=1e-4)
+    mean, _ = impacts(np.full(240, REFERENCE_SIZE))  # the whole-day TWAP
+    expected = mean.mean() / np.sqrt(REFERENCE_SIZE)
+    assert report.twap_cost_over_sqrt_law == pytest.approx(expected, rel=1e-4)
+    burst = np.zeros(180)
+    burst[:60:5] = 5 * REFERENCE_SIZE
+    change = np.sum(burst * impacts(burst)[0]) / np.sum(order * impacts(order)[0]) - 1
+    assert report.reslice_change == pytest.approx(change, abs=1e-4)
+    assert abs(report.reslice_change) < 0.01  # continuous-time consistent
+    assert report.round_trip_bps < 0.0  # the buy's impact decays before the sell
+    assert report.relaxation[0] == 0.0 and report.relaxation[60] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_order_book_report_runs_and_impact_grows_with_size():
+    cfg = load_config(None, [])
+    splits = load_splits(cfg, "sample:cn_1min")
+    static = cfg.env_params(MarketData.from_episodes(splits.test))
+    params = dynamic_env_params(cfg, calibrated_market(cfg, "sample:cn_1min"), static, splits.stats)
+    report = measure_impact(
+        DynamicExecutionEnv(), MultiAgentExecutionEnv, params,
+        market="lob", dataset="cn_1min", duration=5, start=0, days=2, sizes=(0.05, 0.5),
+    )  # fmt: skip
+    assert report.peak_sigma[1] > report.peak_sigma[0] > 0.0
+    assert report.round_trip_bps < 0.0  # two spreads at least
+    values = [report.delta, report.y, report.post_fraction_1x, report.twap_cost_over_sqrt_law]
+    assert np.isfinite(values).all()
+
+
+@pytest.mark.slow
+def test_tiny_ppo_beats_twap_in_the_almgren_chriss_configuration():
+    """The AC configuration (no decay, linear temporary impact, risk term; the reward is
+    the mean-variance objective; kappa T = 20, where TWAP pays 9x the optimum): 30 PPO
+    updates come within 10% of the optimal schedule's objective."""
+    cfg = load_config(
+        "configs/tiny.yaml",
+        [
+            "ppo.num_envs=64", "ppo.num_steps=30", "ppo.total_timesteps=57600",
+            "ppo.gae_lambda=1.0", "ppo.lr=0.003", "network.action_prior=twap",
+            "network.prior_anchor_steps=1000000.0", "run.num_seeds=1",
+            "env.quantity_low=1.0", "env.quantity_high=1.0", "env.child_quantity=fixed",
+            "env.half_spread_bps=0.0", "env.urgency=2.0",
+        ],
+    )  # fmt: skip
+    config = PropagatorConfig(
+        kernel="constant", delta=1.0, y=0.0, permanent=0.0, temporary=0.1, liquidity="constant"
+    )
+    data = trend_market(n_episodes=8, n_slots=30, drift_per_minute=0.0, n_features=5)
+    params = PropagatorEnvParams(
+        data=data, impact=config.params(), return_std=jnp.float32(1.0), **cfg.env
+    )
+    env = PropagatorExecutionEnv(mean_variance_reward)
+    trained = train_policy(cfg, env, params, params, progress=False)
+    policy = make_ppo_policy(
+        trained.network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior()
+    )
+
+    def objective(policy, policy_params):
+        out = rollout(env, policy, policy_params, params, jax.random.key(0))
+        return float(-np.asarray(out.reward).sum(1).mean() / params.reward_scale)
+
+    c = 0.05 * 30  # Q over the minute volume: order_fraction times the day's minutes
+    schedule = optimal_schedule(np.ones((30, 30)), 0.0, 0.1 * c, 2.0 / 30)
+    optimal = objective(schedule_policy, remaining_targets(schedule)[None])
+    twap = objective(twap_policy, None)
+    learned = objective(policy, trained.policy_params)
+    assert optimal < learned < 1.1 * optimal < twap  # measured: 0.06% above the optimum
