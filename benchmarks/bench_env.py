@@ -24,6 +24,10 @@ liquidation at the last slot). Three tables:
    library's ``mean_reversion`` program, the slowest of the five in stage 2's timing):
    every update imagines a fresh pool of 100 days inside the jitted update, and the
    ratio of the two rates is what imagination costs.
+4. Markets (``--markets``): steps/s of the static, propagator and order-book markets with
+   1, 2 and 8 agents at 256 to 16,384 parallel episodes, each against the static
+   single-agent market's at the same count, in one run (``--json``: this table alone, as
+   JSON lines with ``market``, ``agents``, ``episodes``, ``steps_per_s``).
 
 Timings are wall-clock and depend on whatever else runs on the machine; nothing is
 asserted. Run from the repository root::
@@ -35,7 +39,9 @@ asserted. Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -49,11 +55,17 @@ import numpy as np
 
 from llm.designs import library
 from llm.validate import load_validated, validate
+from serl_jax.config import load_config
 from serl_jax.data import load_market, sample_path
+from serl_jax.envs.dynamic import DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
 from serl_jax.envs.imagined_market import FeatureStats
 from serl_jax.envs.market_data import MarketData
+from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.envs.propagator import PropagatorExecutionEnv, PropagatorMultiAgentEnv
 from serl_jax.envs.reference import NumpyExecutionEnv
+from serl_jax.envs.static_multi_agent import StaticMultiAgentEnv
+from serl_jax.experiment import calibrated_market, dynamic_env_params
 from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
 from serl_jax.rl.networks import make_network
 from serl_jax.rl.ppo import PPOConfig, make_trainer
@@ -65,6 +77,13 @@ QUICK_PPO_NUM_ENVS = (256,)
 TARGET_EPISODES = 4096
 TARGET_RATIO = 100.0
 IMAGINATION_PROGRAM = "mean_reversion"
+MARKETS = ("static", "propagator", "lob")
+MARKET_EPISODES = (256, 1024, 4096, 16384)
+LOB_LANE_STEPS = 81_920
+MARKET_ENVS = {
+    "propagator": (PropagatorExecutionEnv, PropagatorMultiAgentEnv),
+    "lob": (DynamicExecutionEnv, MultiAgentExecutionEnv),
+}
 
 
 def machine_description() -> str:
@@ -116,13 +135,15 @@ def step_without_reset(env: ExecutionEnv) -> Callable:
     return step
 
 
-def make_rollout(step: Callable, num_steps: int) -> Callable:
+def make_rollout(step: Callable, num_steps: int, agents: int = 0) -> Callable:
     """``rollout(obs, state, key, params)``: ``num_steps`` vmapped ``step``s, random actions.
 
     Returns the final observations and states and the per-episode sums of rewards and
     order PAs, so that every output of the step the training loop uses stays live.
+    ``agents`` > 0: a multi-agent step (actions, rewards and PAs ``[num_envs, agents]``).
     """
     step_batch = jax.vmap(step, in_axes=(0, 0, 0, None))
+    per_lane = (agents,) if agents else ()
 
     def rollout(obs, state, key, params):
         num_envs = obs.shape[0]
@@ -130,12 +151,12 @@ def make_rollout(step: Callable, num_steps: int) -> Callable:
         def one_step(carry, _):
             obs, state, key, reward_sum, pa_sum = carry
             key, key_act, key_step = jax.random.split(key, 3)
-            action = jax.random.uniform(key_act, (num_envs,))
+            action = jax.random.uniform(key_act, (num_envs, *per_lane))
             step_keys = jax.random.split(key_step, num_envs)
             obs, state, reward, _, _, info = step_batch(step_keys, state, action, params)
             return (obs, state, key, reward_sum + reward, pa_sum + info["order_pa"]), None
 
-        zeros = jnp.zeros(num_envs, jnp.float32)
+        zeros = jnp.zeros((num_envs, *per_lane), jnp.float32)
         carry = (obs, state, key, zeros, zeros)
         carry, _ = jax.lax.scan(one_step, carry, None, num_steps)
         return carry
@@ -176,6 +197,79 @@ def bench_vectorized(
         "for every lane at every step; an upper bound for the env.step column)"
     )
     return rates, rates_no_reset
+
+
+def market_envs(market: str, agents: int, cfg, splits, static_params: EnvParams):
+    """The environment and parameters of one market (``static``, ``propagator``, ``lob``)
+    with ``agents`` agents (1: the single-agent environment)."""
+    if market == "static":
+        env = ExecutionEnv() if agents == 1 else StaticMultiAgentEnv(agents)
+        return env, static_params
+    lob_cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, simulator=market))
+    params = dynamic_env_params(
+        lob_cfg, calibrated_market(lob_cfg, "sample:cn_1min"), static_params, splits.stats
+    )
+    single, multi = MARKET_ENVS[market]
+    return (single() if agents == 1 else multi(agents)), params
+
+
+def bench_markets(
+    markets: list[str],
+    agents_list: list[int],
+    counts: tuple[int, ...],
+    num_steps: int,
+    repeats: int,
+    as_json: bool,
+) -> None:
+    """Table 4: steps/s of each market (``lax.scan`` of ``vmap(env.step)``, uniform random
+    actions, auto-reset) per number of agents and parallel episodes, and the ratio to the
+    static single-agent market's steps/s at the same number of episodes (a step is one
+    minute of one market: N agents' child orders). The order book runs at most
+    :data:`LOB_LANE_STEPS` lane-steps per call (its minutes are 50-1,000x dearer)."""
+    cfg = load_config(None, [])
+    splits = load_market(sample_path("cn_1min"))
+    static_params = cfg.env_params(MarketData.from_episodes(splits.train))
+    if not as_json:
+        print(
+            f"\n4. Markets: lax.scan of vmap(env.step), {num_steps} steps per lane "
+            f"(lob: at most {LOB_LANE_STEPS:,} lane-steps per call); cn_1min training days"
+        )
+        header = (
+            f"{'market':>10} | {'agents':>6} | {'episodes':>8} | {'steps':>5} | "
+            f"{'compile s':>9} | {'steps/s':>12} | {'agent steps/s':>13} | {'static/x':>8}"
+        )
+        print(header + "\n" + "-" * len(header))
+    reference: dict[int, float] = {}
+    for market in ["static", *[m for m in markets if m != "static"]]:
+        for agents in agents_list if market in markets else [1]:
+            env, params = market_envs(market, agents, cfg, splits, static_params)
+            for n in counts:
+                steps = num_steps
+                if market == "lob":
+                    steps = max(1, min(num_steps, LOB_LANE_STEPS // n))
+                keys = jax.random.split(jax.random.key(n), n)
+                obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)
+                rollout = make_rollout(env.step, steps, agents if agents > 1 else 0)
+                args = (obs, state, jax.random.key(0), params)
+                _, compile_s, best_s, _ = compile_and_time(rollout, args, repeats)
+                rate = n * steps / best_s
+                if market == "static" and agents == 1:
+                    reference[n] = rate
+                row = {
+                    "market": market, "agents": agents, "episodes": n, "steps": steps,
+                    "compile_s": round(compile_s, 2), "steps_per_s": round(rate),
+                    "agent_steps_per_s": round(rate * agents),
+                    "static_over_market": round(reference[n] / rate, 2),
+                }  # fmt: skip
+                if as_json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print(
+                        f"{market:>10} | {agents:>6} | {n:>8,} | {steps:>5} | "
+                        f"{compile_s:>9.2f} | {rate:>12,.0f} | {rate * agents:>13,.0f} | "
+                        f"{reference[n] / rate:>7.1f}x",
+                        flush=True,
+                    )
 
 
 def bench_numpy(episodes, params: EnvParams, min_seconds: float, seed: int = 0) -> float:
@@ -309,7 +403,26 @@ def main() -> None:
         "--numpy-seconds", type=float, default=None, help="minimum NumPy loop time (default 2)"
     )
     parser.add_argument("--no-ppo", action="store_true", help="skip the PPO table")
+    parser.add_argument(
+        "--markets",
+        default=",".join(MARKETS),
+        help="markets of table 4 (static, propagator, lob; '' skips it)",
+    )
+    parser.add_argument("--agents", default="1,2,8", help="agents per market in table 4")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="table 4 only, as JSON lines (market, agents, episodes, steps_per_s, ...)",
+    )
     args = parser.parse_args()
+    markets = [m for m in args.markets.split(",") if m]
+    agents_list = [int(a) for a in args.agents.split(",")]
+    market_counts = tuple(
+        n for n in MARKET_EPISODES if n <= (args.max_episodes or MARKET_EPISODES[-1])
+    )
+    if args.json:
+        bench_markets(markets, agents_list, market_counts, args.steps, args.repeats, True)
+        return
     max_episodes = args.max_episodes or (QUICK_MAX_EPISODES if args.quick else EPISODE_COUNTS[-1])
     counts = tuple(n for n in EPISODE_COUNTS if n <= max_episodes)
     numpy_seconds = args.numpy_seconds or (1.0 if args.quick else 2.0)
@@ -332,6 +445,8 @@ def main() -> None:
     print_ratios(rates, rates_no_reset, numpy_rate)
     if not args.no_ppo:
         bench_ppo(env, params, ppo_envs, args.steps, imagination_for(market))
+    if markets:
+        bench_markets(markets, agents_list, market_counts, args.steps, args.repeats, False)
 
 
 if __name__ == "__main__":

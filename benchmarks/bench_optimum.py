@@ -10,8 +10,13 @@ days, where the optimal schedule is known in closed form (:mod:`serl_jax.baselin
   that ``kappa T = --kappa-t`` (3 by default, in the issue's range 2-5).
 - ``ow`` (Obizhaeva & Wang 2013): one exponential kernel with ``rho T = --rho-t`` (3), linear
   impact, risk-neutral; the optimum trades a block in the first and last minute and a
-  constant rate between (its minute-slot form, 0.02% above the exact discrete optimum,
-  which sells back in a few slots and so is not a sell-only schedule).
+  constant rate between.
+
+The optimal row is each day's exact sell-only optimum
+(:func:`~serl_jax.baselines.optimal.propagator_optimum`; in ``ac`` Almgren–Chriss's sinh
+schedule, in ``ow`` within 0.02% of Obizhaeva–Wang's minute-slot form, whose objective is
+printed beside it), and ``optimal_closed_form`` its objective by the formula, the check
+that the environment prices schedules as the closed form does.
 
 Both use constant liquidity (the training mean minute volume) and fixed-size child orders,
 so an order's cost is a deterministic function of its schedule: the comparison is free
@@ -57,8 +62,9 @@ from serl_jax.baselines import twap_policy  # noqa: E402
 from serl_jax.baselines.optimal import (  # noqa: E402
     almgren_chriss_kappa_for,
     obizhaeva_wang_schedule,
-    optimal_schedule,
+    propagator_optimum,
     remaining_targets,
+    schedule_objective,
     schedule_policy,
     slot_kernel_matrix,
 )
@@ -109,23 +115,22 @@ def day_coefficients(params: PropagatorEnvParams):
     return c, sigma_bps
 
 
-def optimal_targets(name: str, cfg, params: PropagatorEnvParams) -> np.ndarray:
-    """``float64[N, T]`` remaining-fraction targets of each episode's optimal schedule."""
+def closed_form(cfg, params: PropagatorEnvParams, targets: np.ndarray) -> float:
+    """The mean objective (bps) of the schedules ``targets`` by the closed form
+    ``sigma_bps * J(xi)`` (:func:`~serl_jax.baselines.optimal.schedule_objective`): the
+    check that the environment prices them as the formula does."""
     n_slots = params.data.num_slots
-    c, _ = day_coefficients(params)
-    impact = cfg.impact
-    if name == "ow":
-        schedule = obizhaeva_wang_schedule(n_slots, impact.resilience)
-        return np.tile(remaining_targets(schedule), (len(c), 1))
-    weights, rates = impact.exponentials()
+    c, sigma_bps = day_coefficients(params)
+    weights, rates = cfg.impact.exponentials()
     gamma = slot_kernel_matrix(weights, rates, n_slots)
-    rows = []
-    for ci in c:  # the AC optimum: sinh-shaped, from e = eta c and u = urgency / T
-        schedule = optimal_schedule(
-            gamma, impact.amplitude() * ci, impact.temporary * ci, cfg.env["urgency"] / n_slots
-        )
-        rows.append(remaining_targets(schedule))
-    return np.stack(rows)
+    values = []
+    for ci, si, row in zip(c, sigma_bps, targets, strict=True):
+        xi = -np.diff(np.concatenate([[1.0], row]))
+        values.append(si * schedule_objective(
+            xi, gamma, cfg.impact.amplitude() * ci, cfg.impact.temporary * ci,
+            cfg.env["urgency"] / n_slots,
+        ))  # fmt: skip
+    return float(np.mean(values))
 
 
 def urgency_for(kappa_t: float, cfg, params: PropagatorEnvParams) -> float:
@@ -168,7 +173,8 @@ def certify(name: str, args, splits) -> dict:
     market = {k: v.replace(impact=model, urgency=cfg.env["urgency"]) for k, v in market.items()}
     env = PropagatorExecutionEnv(mean_variance_reward)
     test = market["test"]
-    optimal, optimal_path = objectives(env, schedule_policy, optimal_targets(name, cfg, test), test)
+    targets = propagator_optimum(cfg.impact, test)
+    optimal, optimal_path = objectives(env, schedule_policy, targets, test)
     twap, twap_path = objectives(env, twap_policy, None, test)
     seeds = []
     for seed in range(args.seeds):
@@ -198,11 +204,15 @@ def certify(name: str, args, splits) -> dict:
         "captured": (tw - pp) / (tw - opt),
         "gap": pp / opt - 1.0,
         "twap_gap": tw / opt - 1.0,
+        "optimal_closed_form": closed_form(cfg, test, targets),
         "ppo_minus_optimal": {"value": diff.value, "ci_low": diff.low, "ci_high": diff.high},
         "selected_seed": best["seed"],
         "seeds": [{k: v for k, v in s.items() if k not in ("values", "path")} for s in seeds],
         "kappa_t" if name == "ac" else "rho_t": args.kappa_t if name == "ac" else args.rho_t,
     }
+    if name == "ow":  # Obizhaeva & Wang's minute-slot form against the exact optimum
+        ow = remaining_targets(obizhaeva_wang_schedule(test.data.num_slots, cfg.impact.resilience))
+        row["ow_schedule"] = float(objectives(env, schedule_policy, ow[None], test)[0].mean())
     row["_paths"] = (optimal_path.mean(0), twap_path.mean(0), best["path"])
     return row
 
@@ -252,7 +262,9 @@ def main() -> None:
         diff = row["ppo_minus_optimal"]
         print(
             f"{name}: {row['test_orders']} test orders of {row['dataset']}, objective (bps): "
-            f"optimal {row['optimal']:.3f}, TWAP {row['twap']:.3f} "
+            f"optimal {row['optimal']:.3f} (closed form {row['optimal_closed_form']:.3f}"
+            + (f", OW's schedule {row['ow_schedule']:.3f}" if "ow_schedule" in row else "")
+            + f"), TWAP {row['twap']:.3f} "
             f"({row['twap_gap']:+.2%}), PPO {row['ppo']:.3f} ({row['gap']:+.2%}); "
             f"PPO - optimal {diff['value']:+.3f} [{diff['ci_low']:+.3f}, "
             f"{diff['ci_high']:+.3f}]; captured {row['captured']:.1%} of TWAP's excess; "

@@ -5,6 +5,7 @@ Usage::
     python -m serl_jax.calibrate --data sample:cn_1min --out configs/market/cn_1min.yaml
     python -m serl_jax.calibrate --data PATH [--lobster MESSAGE ORDERBOOK]
         [--tick-size 0.01] [--iterations 6] [--days 8] [--start FILE] [--seed 0]
+        [--fit-propagator [--propagator-out FILE] [--impact-days 16]]
 
 Targets (training days only, :mod:`serl_jax.market.statistics`): quoted spread (Roll's
 estimator on minute bars), 1-minute return volatility, volume per minute (its intraday
@@ -43,11 +44,20 @@ fit than its start.
 
 It prints real and simulated statistics side by side and writes the fitted parameters
 as YAML (with the comparison as comments) for :func:`load_market_params`.
+
+``--fit-propagator`` then measures the calibrated book's impact response on the training
+days (:func:`serl_jax.impact.measure_impact`: metaorders of 0.1-20% of a 60-minute
+window, each against the same book without it) and fits the propagator market to it
+(:func:`serl_jax.impact.fit_propagator`: its square-root law, and the kernel whose
+relaxation after the order is closest). It prints both reports side by side and, with
+``--propagator-out``, writes the fitted ``impact`` section as a config preset
+(``--config FILE`` of the train and evaluate CLIs).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -62,9 +72,17 @@ from serl_jax.data.samples import sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
 from serl_jax.envs.execution import EnvParams
 from serl_jax.envs.market_data import MarketData
+from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
+from serl_jax.envs.propagator import (
+    PropagatorEnvParams,
+    PropagatorExecutionEnv,
+    PropagatorMultiAgentEnv,
+)
 from serl_jax.evaluation import rollout
+from serl_jax.impact import ImpactReport, fit_propagator, measure_impact
 from serl_jax.lob.queries import spread, top_levels
 from serl_jax.market.params import MarketParams, load_market_params
+from serl_jax.market.propagator import PropagatorConfig
 from serl_jax.market.statistics import (
     MarketStatistics,
     comparison_table,
@@ -301,6 +319,67 @@ def write_params(
     tmp.replace(path)  # never leave a half-written file behind
 
 
+def fit_propagator_to_book(
+    splits: MarketSplits, market: MarketParams, days: int, log=print
+) -> tuple[PropagatorConfig, float, ImpactReport, ImpactReport]:
+    """The propagator fitted to the order book's impact response on the training days.
+
+    Returns:
+        ``(config, rmse, book_report, propagator_report)``: the fitted settings, the
+        error of their relaxation (fractions of the peak), and both markets' reports on
+        the same days and orders.
+
+    Raises:
+        ValueError: a response no propagator reproduces (``delta`` outside (0, 1]).
+    """
+    static = EnvParams(data=MarketData.from_episodes(splits.train))
+    book = DynamicEnvParams.from_static(static, splits.stats, market)
+    book_report = measure_impact(
+        DynamicExecutionEnv(), MultiAgentExecutionEnv, book,
+        market="lob", dataset=splits.name, days=days,
+    )  # fmt: skip
+    config, rmse = fit_propagator(book_report, PropagatorConfig())
+    fitted = PropagatorEnvParams.from_static(static, splits.stats, config.params())
+    fitted_report = measure_impact(
+        PropagatorExecutionEnv(), PropagatorMultiAgentEnv, fitted,
+        market="propagator", dataset=splits.name, days=days,
+    )  # fmt: skip
+    log(impact_comparison(book_report, fitted_report))
+    return config, rmse, book_report, fitted_report
+
+
+def impact_comparison(*reports: ImpactReport) -> str:
+    """The reports' figures side by side, one row per market."""
+    lines = [
+        f"{'market':<12} {'delta':>6} {'Y':>6} {'left 1x':>8} {'left 2x':>8} "
+        f"{'TWAP/sqrt':>9} {'reslice':>8} {'round trip bps':>14}"
+    ]
+    for r in reports:
+        lines.append(
+            f"{r.market:<12} {r.delta:>6.3f} {r.y:>6.3f} {r.post_fraction_1x:>8.3f} "
+            f"{r.post_fraction_2x:>8.3f} {r.twap_cost_over_sqrt_law:>9.3f} "
+            f"{r.reslice_change:>+8.3f} {r.round_trip_bps:>+14.2f}"
+        )
+    return "\n".join(lines)
+
+
+def write_propagator(path: Path, config: PropagatorConfig, rmse: float, command: str) -> None:
+    """Writes the fitted propagator as a config preset (``impact`` section, and
+    ``market.simulator: propagator``), with its fit as a comment."""
+    lines = [
+        f"# Fitted with: {command}",
+        f"# Relaxation after the order: RMSE {rmse:.4f} of the peak against the order book's",
+    ]
+    body = yaml.safe_dump(
+        {"market": {"simulator": "propagator"}, "impact": dataclasses.asdict(config)},
+        sort_keys=False,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n" + body)
+    tmp.replace(path)  # never leave a half-written file behind
+
+
 def _resolve(spec: str) -> Path:
     return sample_path(spec[len(SAMPLE_PREFIX) :]) if spec.startswith(SAMPLE_PREFIX) else Path(spec)
 
@@ -334,6 +413,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="write the fitted parameters here (YAML)")
     parser.add_argument(
+        "--fit-propagator",
+        action="store_true",
+        help="also fit the propagator market to the calibrated book's impact response",
+    )
+    parser.add_argument("--propagator-out", help="write the fitted propagator here (YAML)")
+    parser.add_argument(
+        "--impact-days", type=int, default=16, help="training days of the impact response"
+    )
+    parser.add_argument(
         "--verbose", action="store_true", help="the comparison per symbol (default: pooled)"
     )
     args = parser.parse_args(argv)
@@ -355,12 +443,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(comparison_table(real, sim) if args.verbose else pooled_comparison_table(real, sim))
     print(real.describe_sources())
+    command = "python -m serl_jax.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:
-        command = "python -m serl_jax.calibrate " + " ".join(
-            argv if argv is not None else sys.argv[1:]
-        )
         write_params(Path(args.out), market, real, sim, command)
         print(f"wrote {args.out}")
+    if args.fit_propagator:
+        try:
+            config, rmse, _, _ = fit_propagator_to_book(splits, market, args.impact_days)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"fitted propagator (relaxation RMSE {rmse:.4f} of the peak):")
+        print(yaml.safe_dump({"impact": dataclasses.asdict(config)}, sort_keys=False))
+        if args.propagator_out:
+            write_propagator(Path(args.propagator_out), config, rmse, command)
+            print(f"wrote {args.propagator_out}")
     return 0
 
 

@@ -496,10 +496,13 @@ class MarketConfig:
             L_dynamic``). With ``dynamic`` or ``hybrid``, a PPO policy trained in the
             static market is trained as well, and every policy is evaluated in both
             markets.
-        simulator: the dynamic market: ``lob`` (background populations on a simulated
-            order book, :mod:`serl_jax.market.simulator`) or ``propagator`` (the replayed
-            bars moved by the agents' own transient impact, section ``impact``,
-            :mod:`serl_jax.market.propagator`).
+        simulator: the dynamic market: ``propagator`` (the replayed bars moved by the
+            agents' own transient impact, section ``impact``,
+            :mod:`serl_jax.market.propagator`; the default: it reproduces the square-root
+            law, the relaxation after an order and time-consistent costs on the three
+            large sets, where the order book does not, and runs at replay speed) or
+            ``lob`` (background populations on a simulated order book,
+            :mod:`serl_jax.market.simulator`).
         params: the ``lob`` market's calibrated background-population parameters (YAML
             from ``python -m serl_jax.calibrate``), or ``auto``: the shipped
             ``configs/market/<sample>.yaml`` of a ``sample:<name>`` market.
@@ -526,7 +529,7 @@ class MarketConfig:
             )
 
     mode: str = "hybrid"
-    simulator: str = "lob"
+    simulator: str = "propagator"
     params: str = "auto"
     child_order: str = "market"
     dynamic_envs: int = 32

@@ -17,7 +17,8 @@ names the method and the number of days.
 Usage::
 
     python -m serl_jax.evaluate --data PATH
-                                [--policy twap|vwap|avwap|pov|ac|immediate|oracle|CHECKPOINT ...]
+                                [--policy twap|vwap|avwap|pov|ac|immediate|oracle|optimal
+                                          |CHECKPOINT ...]
                                 [--env static|dynamic|propagator] [--split test|heldout|all]
                                 [--config FILE] [--json] [--verbose] [section.key=value ...]
 
@@ -26,7 +27,9 @@ the simulated order-book market (:mod:`serl_jax.market`) with the calibrated par
 of ``market.params`` (``auto``: the shipped ``configs/market/<sample>.yaml`` of a
 ``sample:<name>`` dataset), or the propagator market (:mod:`serl_jax.market.propagator`,
 section ``impact``; ``--env propagator`` chooses it), so the orders move prices;
-``immediate`` (the whole order at once) is the impact reference.
+``immediate`` (the whole order at once) is the impact reference. In a linear propagator
+market with constant liquidity (``impact.delta=1 impact.liquidity=constant``) ``optimal``
+is each day's optimal schedule (:mod:`serl_jax.baselines.optimal`).
 
 With a checkpoint, the environment settings it was trained with are used (so the
 observation matches the network) unless overridden. Every policy but TWAP is compared
@@ -46,6 +49,7 @@ import sys
 from pathlib import Path
 
 from llm.validate import load_validated
+from serl_jax.baselines.optimal import propagator_optimum, schedule_policy
 from serl_jax.config import (
     ConfigError,
     apply_overrides,
@@ -55,6 +59,7 @@ from serl_jax.config import (
 )
 from serl_jax.data import DataError, build_episodes, fit_stats, load_minute_bars
 from serl_jax.envs.market_data import MarketData
+from serl_jax.envs.propagator import PropagatorEnvParams
 from serl_jax.experiment import (
     ORACLE,
     TWAP_POV,
@@ -80,6 +85,9 @@ BASELINES = {
     "immediate": "Immediate",
     "oracle": ORACLE,
 }
+OPTIMAL = "optimal"
+"""``--policy optimal``: each day's optimal schedule of a linear propagator market
+(:func:`serl_jax.baselines.optimal.propagator_optimum`)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         "--policy",
         action="append",
         help="twap, twap-pov (TWAP with participation child orders), vwap, avwap (adaptive "
-        "VWAP), pov, ac, immediate, oracle (hindsight, not achievable) or a checkpoint folder; "
-        "repeatable (default: twap, twap-pov, vwap, avwap, pov, ac, oracle)",
+        "VWAP), pov, ac, immediate, oracle (hindsight, not achievable), optimal (a linear "
+        "propagator market's optimum) or a checkpoint folder; repeatable (default: twap, "
+        "twap-pov, vwap, avwap, pov, ac, oracle)",
     )
     parser.add_argument(
         "--env",
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     specs = args.policy or ["twap", "twap-pov", "vwap", "avwap", "pov", "ac", "oracle"]
-    checkpoints = [s for s in specs if s.lower() not in BASELINES]
+    checkpoints = [s for s in specs if s.lower() not in (*BASELINES, OPTIMAL)]
     loaded = [load_policy(Path(s), define=load_validated) for s in checkpoints]
     if args.config is None and loaded:
         # The first checkpoint's training config sets the env (observation layout).
@@ -170,6 +179,13 @@ def _evaluate(args: argparse.Namespace) -> int:
                 "--policy oracle: the hindsight oracle bounds the static market's cost model; "
                 "the dynamic market's volumes are simulated"
             )
+        if spec.lower() == OPTIMAL:
+            if not isinstance(env_params, PropagatorEnvParams):
+                raise ValueError(
+                    "--policy optimal: known in the propagator market only (--env propagator)"
+                )
+            policies[OPTIMAL] = (schedule_policy, propagator_optimum(cfg.impact, env_params))
+            continue
         if spec.lower() in BASELINES:
             baseline = BASELINES[spec.lower()]
             policies[baseline] = baselines[baseline]

@@ -32,6 +32,7 @@ from serl_jax.baselines import (
     twap_pov_policy,
     vwap_policy,
 )
+from serl_jax.baselines.optimal import schedule_policy
 from serl_jax.components.reward import switch_reward
 from serl_jax.config import Config
 from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
@@ -671,8 +672,10 @@ def rollout_policy(
 ) -> Rollout:
     """One deterministic evaluation rollout (key 0) of a policy on every episode of
     ``env_params``, as host arrays. A baseline keeps the child order and the
-    minute-by-minute decisions it is defined with (:data:`serl_jax.baselines.FIXED_SIZE_POLICIES`,
-    ``PARTICIPATION_POLICIES``), whatever the learned policies' ``env.child_quantity`` and
+    minute-by-minute decisions it is defined with
+    (:data:`serl_jax.baselines.FIXED_SIZE_POLICIES`, ``PARTICIPATION_POLICIES``; a
+    precomputed schedule, :func:`~serl_jax.baselines.optimal.schedule_policy`, trades
+    fixed sizes), whatever the learned policies' ``env.child_quantity`` and
     ``env.step_minutes``. The fixed-size baselines all roll out through one compiled
     program (:class:`~serl_jax.evaluation.SwitchedPolicy`, the baseline chosen by a traced
     index): evaluating the seven compiles one rollout, not seven (the dynamic market's
@@ -684,6 +687,8 @@ def rollout_policy(
         policy, policy_params = _FIXED_SIZE, _switched_params(policy, policy_params)
     elif policy in PARTICIPATION_POLICIES:
         order_params = env_params.replace(child_quantity="participation", step_minutes=1)
+    elif policy is schedule_policy:  # a precomputed schedule: its sizes exactly
+        order_params = env_params.replace(child_quantity="fixed", step_minutes=1)
     return jax.device_get(rollout(env, policy, policy_params, order_params, jax.random.PRNGKey(0)))
 
 

@@ -32,6 +32,9 @@ PRNG keys, so in the order book the background populations draw the same numbers
 difference is the order's own impact (in the propagator the undisturbed price is the
 replayed bar). ``sigma_day`` is the symbol's training volatility,
 ``sigma_minute * sqrt(T)``.
+
+:func:`fit_propagator` turns a market's report into the propagator settings that
+reproduce it (``python -m serl_jax.calibrate --fit-propagator`` fits the order book's).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import numpy as np
 
 from serl_jax.components.profiling import AgentProfile
 from serl_jax.envs.execution import EnvParams, ExecutionEnv
+from serl_jax.market.propagator import PropagatorConfig, schedule_impacts
 
 DEFAULT_SIZES = (0.001, 0.003, 0.01, 0.03, 0.1, 0.2)
 """Metaorder sizes, fractions of the window's expected volume (0.1% to 20%)."""
@@ -352,3 +356,63 @@ def round_trip_profit_bps(
     profit = (excess[:, 1] - excess[:, 0]) / arrival * 1e4
     del price
     return float(np.mean(profit))
+
+
+KERNEL_GRID = {
+    "power_law": [
+        {"beta": beta, "tau0": tau0}
+        for beta in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.3)
+        for tau0 in (1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
+    ],
+    "exponential": [{"resilience": float(rate)} for rate in np.geomspace(0.002, 0.5, 25)],
+}
+"""The kernels :func:`fit_propagator` tries: power laws and exponentials."""
+
+
+def fit_propagator(report: ImpactReport, base: PropagatorConfig) -> tuple[PropagatorConfig, float]:
+    """The propagator that reproduces a market's measured impact response.
+
+    ``delta`` and ``Y`` are the report's square-root fit (at its metaorders' duration,
+    which becomes ``reference_minutes``); the kernel is the one of :data:`KERNEL_GRID`
+    whose relaxation after a constant-rate order of that duration (the propagator's
+    closed form, no permanent part) is closest to the report's, in least squares over
+    the minutes after the order ends. The other settings are ``base``'s, with the
+    permanent part off (the fitted kernel carries what stays).
+
+    Args:
+        report: the market's :class:`ImpactReport`.
+        base: the settings to start from (liquidity, temporary part, K).
+
+    Returns:
+        ``(config, rmse)``: the fitted settings and the root-mean-square error of its
+        relaxation against the report's (fractions of the peak).
+
+    Raises:
+        ValueError: a fitted ``delta`` outside (0, 1] or ``Y`` below 0 (the market's
+            response is not a concave impact), naming the value.
+    """
+    if not 0.0 < report.delta <= 1.0 or report.y < 0.0:
+        raise ValueError(
+            f"fit_propagator: the measured response has delta {report.delta:.3f} and Y "
+            f"{report.y:.3f}; a propagator needs delta in (0, 1] and Y >= 0"
+        )
+    duration = report.duration_minutes
+    target = np.asarray(report.relaxation, np.float64)[duration:]
+    rates = np.concatenate([np.full(duration, REFERENCE_SIZE), np.zeros(2 * duration + 1)])
+    rates = jnp.asarray(rates, jnp.float32)
+    best = None
+    for kernel, grid in KERNEL_GRID.items():
+        for settings in grid:
+            candidate = dataclasses.replace(
+                base, kernel=kernel, delta=float(report.delta), y=float(report.y),
+                reference_minutes=float(duration), permanent=0.0, **settings,
+            )  # fmt: skip
+            _, end = schedule_impacts(rates, jnp.zeros_like(rates), candidate.unchecked_params())
+            end = np.asarray(end, np.float64)
+            # the price before minute t is the impact at the end of minute t - 1
+            path = np.concatenate([[0.0], end[:-1]])[duration:] / end[duration - 1]
+            rmse = float(np.sqrt(np.mean((path - target) ** 2)))
+            if best is None or rmse < best[1]:
+                best = (candidate, rmse)
+    best[0].check_round_trips()
+    return best

@@ -55,8 +55,14 @@ def test_benchmark_killed_and_resumed_recomputes_nothing_finished(tmp_path, monk
 
     results = json.loads((out / "results.json").read_text())
     cn = results["datasets"]["cn_1min"]["splits"]
-    assert list(cn) == ["test", "heldout", "val"]
+    assert list(cn) == ["test", "heldout", "test@propagator", "val"]
     ppo = cn["test"]["rows"]["PPO"]
+    # the same test orders in the propagator market: own impact costs, no oracle there
+    in_propagator = cn["test@propagator"]["rows"]
+    assert in_propagator["PPO"]["metrics"]["n_orders"] == 60
+    assert "oracle (not achievable)" not in in_propagator and "VWAP" in in_propagator
+    shortfall = in_propagator["VWAP"]["metrics"]["shortfall_vs_TWAP"]["value"]
+    assert shortfall != cn["test"]["rows"]["VWAP"]["metrics"]["shortfall_vs_TWAP"]["value"]
     # 30 test orders (3 symbols x 10 days) per seed, pooled over the 2 seeds
     assert ppo["metrics"]["n_orders"] == 60 and len(ppo["pa_vs_twap_per_seed"]) == 2
     assert ppo["metrics"]["interval"] == {"method": "cluster-robust t", "days": 10,

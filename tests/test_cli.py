@@ -79,12 +79,13 @@ def test_train_writes_a_complete_run_folder(tiny_run):
 
 def test_static_training_needs_no_calibrated_market(tmp_path, capsys):
     """A market given as a path has no shipped calibration: the static mode trains and
-    scores in the static market only; the hybrid mode stops before training and says how
-    to calibrate. A second run gives the same metrics (the run is deterministic; the
-    hybrid trainer's determinism is tested in ``tests/test_hybrid.py``)."""
+    scores in the static market only; the hybrid mode with the order book stops before
+    training and says how to calibrate (the propagator, the default, needs none). A
+    second run gives the same metrics (the run is deterministic; the hybrid trainer's
+    determinism is tested in ``tests/test_hybrid.py``)."""
     data = str(sample_path("us_1min"))
     args = ["--config", TINY, "--out", str(tmp_path), "--quiet", "--data", data, "--llm", "none"]
-    assert train.main(args + ["--env", "hybrid"]) == 2
+    assert train.main(args + ["--env", "hybrid", "market.simulator=lob"]) == 2
     assert "python -m serl_jax.calibrate" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     assert train.main(args + ["--env", "static"]) == 0

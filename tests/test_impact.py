@@ -4,6 +4,8 @@ sees impact grow with size."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +25,12 @@ from serl_jax.envs.propagator import (
 )
 from serl_jax.evaluation import rollout
 from serl_jax.experiment import calibrated_market, dynamic_env_params, load_splits, train_policy
-from serl_jax.impact import REFERENCE_SIZE, fit_square_root_law, measure_impact
+from serl_jax.impact import (
+    REFERENCE_SIZE,
+    fit_propagator,
+    fit_square_root_law,
+    measure_impact,
+)
 from serl_jax.market.propagator import PropagatorConfig, schedule_impacts
 from serl_jax.rl.policy import make_ppo_policy
 
@@ -35,18 +42,26 @@ def test_square_root_fit_recovers_a_power_law_and_refuses_too_few_points():
         fit_square_root_law(x, [-0.1, 0.0, 0.3])
 
 
-def test_propagator_report_is_the_closed_form_on_a_flat_market():
-    """Flat volume, no spread, no permanent or temporary part: the metaorders' peaks are
-    Y (Q/V)^delta exactly, and every other figure is the model's own."""
-    config = PropagatorConfig(permanent=0.0, temporary=0.0, liquidity="constant")
+FLAT = PropagatorConfig(permanent=0.0, temporary=0.0, liquidity="constant")
+
+
+@pytest.fixture(scope="module")
+def flat_report():
+    """The report of :data:`FLAT` on a flat market (constant volume, no spread)."""
     data = trend_market(n_episodes=3, n_slots=240, drift_per_minute=0.0, n_features=5)
     params = PropagatorEnvParams(
-        data=data, impact=config.params(), return_std=jnp.float32(1.0), half_spread_bps=0.0
+        data=data, impact=FLAT.params(), return_std=jnp.float32(1.0), half_spread_bps=0.0
     )
-    report = measure_impact(
+    return measure_impact(
         PropagatorExecutionEnv(), PropagatorMultiAgentEnv, params,
         market="propagator", dataset="flat", days=3, sizes=(0.01, 0.05, 0.2),
     )  # fmt: skip
+
+
+def test_propagator_report_is_the_closed_form_on_a_flat_market(flat_report):
+    """Flat volume, no spread, no permanent or temporary part: the metaorders' peaks are
+    Y (Q/V)^delta exactly, and every other figure is the model's own."""
+    config, report = FLAT, flat_report
     assert report.delta == pytest.approx(0.5, abs=1e-4)
     assert report.y == pytest.approx(0.7, rel=1e-4)
     np.testing.assert_allclose(report.participation, [0.01, 0.05, 0.2], rtol=1e-5)
@@ -72,9 +87,19 @@ def test_propagator_report_is_the_closed_form_on_a_flat_market():
     assert report.relaxation[0] == 0.0 and report.relaxation[60] == pytest.approx(1.0)
 
 
+def test_fitting_a_propagator_to_its_own_report_recovers_it(flat_report):
+    fitted, rmse = fit_propagator(flat_report, PropagatorConfig())
+    assert (fitted.kernel, fitted.beta, fitted.tau0) == ("power_law", FLAT.beta, FLAT.tau0)
+    assert rmse < 1e-4
+    assert fitted.delta == pytest.approx(0.5, abs=1e-4)
+    assert fitted.y == pytest.approx(0.7, rel=1e-4) and fitted.reference_minutes == 60.0
+    with pytest.raises(ValueError, match="delta 1.300"):
+        fit_propagator(dataclasses.replace(flat_report, delta=1.3), PropagatorConfig())
+
+
 @pytest.mark.slow
 def test_order_book_report_runs_and_impact_grows_with_size():
-    cfg = load_config(None, [])
+    cfg = load_config(None, ["market.simulator=lob"])
     splits = load_splits(cfg, "sample:cn_1min")
     static = cfg.env_params(MarketData.from_episodes(splits.test))
     params = dynamic_env_params(cfg, calibrated_market(cfg, "sample:cn_1min"), static, splits.stats)

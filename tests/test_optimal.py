@@ -279,3 +279,35 @@ def test_schedule_policy_realizes_the_schedule_in_the_env():
     realized = per_episode.exec_qty / per_episode.quantity[:, None]
     np.testing.assert_allclose(realized[0], schedule, atol=1e-5)
     np.testing.assert_allclose(realized[1], 1.0 / num_slots, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["exponential", "power_law"])
+def test_sell_only_optimum_matches_a_bounded_numerical_minimizer(case):
+    """Without temporary impact the market's decaying kernels' exact optima buy back; the
+    sell-only optimum is the bounded minimizer's, and it costs at least the unconstrained
+    one."""
+    num_slots = 30
+    weights, rates = (
+        ([1.0], [0.05]) if case == "exponential" else power_law_exponentials(0.5, 5, 10)
+    )
+    gamma = slot_kernel_matrix(weights, rates, num_slots)
+    free = optimal_schedule(gamma, 1.0, 0.0, 0.0)
+    assert free.min() < 0  # the reason for the constraint
+    sell = optimal_schedule(gamma, 1.0, 0.0, 0.0, sell_only=True)
+    assert sell.min() >= 0 and sell.sum() == pytest.approx(1.0)
+    result = minimize(
+        lambda xi: schedule_objective(xi, gamma, 1.0, 0.0, 0.0),
+        np.full(num_slots, 1.0 / num_slots),
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * num_slots,
+        constraints=[{"type": "eq", "fun": lambda xi: xi.sum() - 1.0}],
+        options={"ftol": 1e-14, "maxiter": 1000},
+    )
+    objective = schedule_objective(sell, gamma, 1.0, 0.0, 0.0)
+    assert objective == pytest.approx(result.fun, rel=1e-7)
+    np.testing.assert_allclose(sell, result.x, atol=1e-4)
+    assert objective >= schedule_objective(free, gamma, 1.0, 0.0, 0.0)
+    # where the exact optimum sells everywhere, the constraint changes nothing
+    positive = optimal_schedule(gamma, 1.0, 0.5, 0.0)
+    assert positive.min() > 0
+    np.testing.assert_allclose(optimal_schedule(gamma, 1.0, 0.5, 0.0, sell_only=True), positive)

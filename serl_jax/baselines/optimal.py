@@ -50,6 +50,7 @@ from serl_jax.baselines.schedules import (
     almgren_chriss_remaining,
 )
 from serl_jax.envs.execution import EnvParams, EnvState
+from serl_jax.market.propagator import PropagatorConfig
 
 __all__ = [
     "almgren_chriss_kappa_for",
@@ -58,6 +59,7 @@ __all__ = [
     "obizhaeva_wang_cost",
     "obizhaeva_wang_schedule",
     "optimal_schedule",
+    "propagator_optimum",
     "remaining_targets",
     "schedule_objective",
     "schedule_policy",
@@ -181,8 +183,11 @@ def schedule_objective(xi, gamma, transient: float, temporary: float, risk: floa
     return float(0.5 * transient * xi @ gamma @ xi + temporary * xi @ xi + risk * held @ held)
 
 
-def optimal_schedule(gamma, transient: float, temporary: float, risk: float) -> np.ndarray:
-    """The exact minimizer of :func:`schedule_objective` over ``sum xi = 1``.
+def optimal_schedule(
+    gamma, transient: float, temporary: float, risk: float, sell_only: bool = False
+) -> np.ndarray:
+    """The exact minimizer of :func:`schedule_objective` over ``sum xi = 1`` (and, with
+    ``sell_only``, ``xi >= 0``).
 
     ``J = xi^T Q xi - 2 u c^T xi + const`` with ``Q = (a/2) Gamma + e I + u L^T L``,
     ``L`` the lower-triangular ones (``x = 1 - L xi``) and ``c = L^T 1``; its stationary
@@ -203,13 +208,17 @@ def optimal_schedule(gamma, transient: float, temporary: float, risk: float) -> 
     after a large ``xi_0`` (``T = 30``: 0.374 then -0.082, and 0.230 then -0.021). A
     temporary term (``e = 0.1``) makes them positive, and a constant kernel with ``e > 0``
     gives the positive Almgren–Chriss schedule. The env's policies cannot buy back
-    (:class:`SchedulePolicy`).
+    (:func:`schedule_policy`): ``sell_only`` adds ``xi >= 0`` and solves the quadratic
+    program by a primal active set (Nocedal & Wright 2006, "Numerical Optimization",
+    Algorithm 16.3): the KKT system on the free slots, slots that go negative fixed at 0,
+    a fixed slot freed again while its multiplier is negative.
 
     Args:
         gamma: ``float[T, T]`` symmetric slot kernel matrix (:func:`slot_kernel_matrix`).
         transient: ``a >= 0``, the transient amplitude times ``X / v``.
         temporary: ``e >= 0``, the temporary impact times ``X / v``.
         risk: ``u >= 0``, the weight of the held fractions' squares.
+        sell_only: constrain every slot to ``xi >= 0``.
 
     Returns:
         ``float64[T]`` fractions of the order per slot, summing to 1.
@@ -236,7 +245,32 @@ def optimal_schedule(gamma, transient: float, temporary: float, risk: float) -> 
             f"optimal_schedule: gamma: singular system (condition {condition:.3g}): J is not "
             "strictly convex on sum(xi) = 1; add a temporary or risk term"
         )
-    return np.linalg.solve(kkt, rhs)[:num_slots]
+    if not sell_only:
+        return np.linalg.solve(kkt, rhs)[:num_slots]
+    return _active_set(hessian / scale, gradient_shift / scale)
+
+
+def _active_set(hessian: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``argmin xi^T H xi / 2 - shift^T xi`` over ``sum xi = 1, xi >= 0`` (``H`` positive
+    definite on ``sum xi = 0``): :func:`optimal_schedule`'s ``sell_only`` solve."""
+    num_slots = hessian.shape[0]
+    free = np.ones(num_slots, bool)
+    for _ in range(4 * num_slots):
+        idx = np.flatnonzero(free)
+        ones = np.ones((idx.size, 1))
+        kkt = np.block([[hessian[np.ix_(idx, idx)], ones], [ones.T, np.zeros((1, 1))]])
+        solution = np.linalg.solve(kkt, np.concatenate([shift[idx], [1.0]]))
+        xi = np.zeros(num_slots)
+        xi[idx] = solution[:-1]
+        if xi[idx].min() < -1e-12:
+            free[idx[xi[idx] < -1e-12]] = False  # these slots sell nothing
+            continue
+        multiplier = hessian @ xi - shift + solution[-1]  # >= 0 where fixed at 0
+        fixed = np.flatnonzero(~free)
+        if fixed.size == 0 or multiplier[fixed].min() >= -1e-12:
+            return np.maximum(xi, 0.0)
+        free[fixed[np.argmin(multiplier[fixed])]] = True
+    raise ValueError("optimal_schedule: sell_only: the active set did not settle")
 
 
 def twap_schedule(num_slots: int) -> np.ndarray:
@@ -497,3 +531,56 @@ def schedule_policy(targets, key: jax.Array, obs, state: EnvState, params: EnvPa
     row = jnp.minimum(state.episode, targets.shape[0] - 1)
     target = targets[row, jnp.clip(state.time, 0, targets.shape[1] - 1)]
     return action_from_target(_remaining_fraction(state), target)
+
+
+def propagator_optimum(config: PropagatorConfig, params: EnvParams) -> np.ndarray:
+    """Every episode's optimal whole-day schedule in a linear propagator market, as
+    remaining-fraction targets for :func:`schedule_policy`.
+
+    The market of ``config`` with ``delta = 1`` and constant liquidity prices a schedule
+    by :func:`schedule_objective` with ``a = A c``, ``e = eta c`` (``c = Q / v``: the
+    order over the training mean minute volume) and ``u = urgency / T`` (the risk term
+    of :func:`~serl_jax.envs.execution.mean_variance_reward`; 0 for a risk-neutral
+    order), all in units of ``sigma_day`` (the permanent part and the half-spread are
+    the same for every schedule). The optimum is :func:`optimal_schedule` with
+    ``sell_only``, one solve per distinct ``c``.
+
+    Args:
+        config: the propagator's settings.
+        params: the environment's parameters over N episodes (whole-day orders of
+            ``order_fraction`` times the expected day volume, ``urgency``).
+
+    Returns:
+        ``float64[N, T]`` targets.
+
+    Raises:
+        ValueError: a market that is not linear with constant liquidity (no closed form;
+            naming the key).
+    """
+    if config.delta != 1.0 or config.liquidity != "constant":
+        raise ValueError(
+            "optimal: the optimum is known for a linear market with constant liquidity "
+            f"(impact.delta=1, impact.liquidity=constant), got impact.delta={config.delta}, "
+            f"impact.liquidity={config.liquidity}"
+        )
+    data = params.data
+    num_slots = data.num_slots
+    weights, rates = config.exponentials()
+    gamma = slot_kernel_matrix(weights, rates, num_slots)
+    minute_volume = np.asarray(data.mean_minute_volume, np.float64)
+    floor = config.liquidity_floor * minute_volume
+    quantity = float(params.order_fraction) * np.asarray(data.expected_day_volume, np.float64)
+    c = quantity / np.maximum(minute_volume, floor)
+    risk = float(params.urgency) / num_slots
+    amplitude = config.amplitude()
+    solved: dict[float, np.ndarray] = {}
+    rows = []
+    for ci in c:
+        key = round(float(ci), 9)
+        if key not in solved:
+            schedule = optimal_schedule(
+                gamma, amplitude * ci, config.temporary * ci, risk, sell_only=True
+            )
+            solved[key] = remaining_targets(schedule)
+        rows.append(solved[key])
+    return np.stack(rows)

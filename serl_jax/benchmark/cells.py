@@ -19,6 +19,10 @@ import numpy as np
 
 from serl_jax.metrics import OrderOutcomes
 
+PROPAGATOR_TEST = "test@propagator"
+"""The split name of the test days rolled out in the propagator market (the agent's own
+impact moves the replayed bars; :func:`serl_jax.benchmark.rows.split_orders`)."""
+
 __all__ = ["CellStore", "SplitOrders"]
 
 CELL_FILE = "cell.json"

@@ -18,14 +18,16 @@ from typing import Any
 import jax
 
 from llm.validate import load_validated
-from serl_jax.benchmark.cells import SplitOrders
+from serl_jax.benchmark.cells import PROPAGATOR_TEST, SplitOrders
 from serl_jax.calibrate import calibrate, default_lobster, real_statistics, write_params
 from serl_jax.config import Config, saved_network_config
 from serl_jax.data import MarketSplits, load_minute_bars, split_days
 from serl_jax.data.episodes import HELDOUT
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
+from serl_jax.envs.propagator import PropagatorEnvParams, PropagatorExecutionEnv
 from serl_jax.experiment import (
+    ORACLE,
     baseline_policies,
     calibrated_market,
     dynamic_env_params,
@@ -45,6 +47,7 @@ __all__ = [
     "baseline_orders",
     "calibrate_market",
     "eval_splits",
+    "policy_splits",
     "ppo_orders",
     "serl_orders",
     "split_orders",
@@ -68,13 +71,26 @@ def eval_splits(splits: MarketSplits) -> tuple[str, ...]:
     return ("val", "test") + ((HELDOUT,) if splits.heldout is not None else ())
 
 
+def policy_splits(splits: MarketSplits) -> tuple[str, ...]:
+    """:func:`eval_splits` and the test days in the propagator market
+    (:data:`PROPAGATOR_TEST`): where a single-agent row's policy is rolled out."""
+    return (*eval_splits(splits), PROPAGATOR_TEST)
+
+
 def split_orders(
     cfg: Config, splits: MarketSplits, split: str, policies: dict[str, tuple[Any, Any]]
 ) -> dict[str, SplitOrders]:
-    """Each policy's orders on one split, rolled out in the static market."""
-    episodes = splits.split(split)
+    """Each policy's orders on one split, rolled out in the static market, or for
+    :data:`PROPAGATOR_TEST` on the test days in the propagator market of ``cfg.impact``
+    (the agent's own impact moves the replayed bars; the hindsight oracle, a bound of
+    the static market's cost model, is left out there)."""
+    episodes = splits.split("test" if split == PROPAGATOR_TEST else split)
     env_params = cfg.env_params(MarketData.from_episodes(episodes))
     env = ExecutionEnv()
+    if split == PROPAGATOR_TEST:
+        env_params = PropagatorEnvParams.from_static(env_params, splits.stats, cfg.impact.params())
+        env = PropagatorExecutionEnv()
+        policies = {name: p for name, p in policies.items() if name != ORACLE}
     side = float(env_params.side)
     return {
         name: SplitOrders(
@@ -90,7 +106,7 @@ def baseline_orders(cfg: Config, splits: MarketSplits) -> dict[str, dict[str, Sp
     """The baselines of :data:`BASELINE_ROWS` on every split."""
     every = baseline_policies(cfg)
     policies = {name: every[name] for name in BASELINE_ROWS}
-    return {split: split_orders(cfg, splits, split, policies) for split in eval_splits(splits)}
+    return {split: split_orders(cfg, splits, split, policies) for split in policy_splits(splits)}
 
 
 def calibrate_market(cfg: Config, spec: str, out: Path, log=print) -> Path:
@@ -187,7 +203,7 @@ def ppo_orders(
         trained.network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior()
     )
     policies = {name: (policy, trained.policy_params)}
-    orders = {s: split_orders(cfg, splits, s, policies) for s in eval_splits(splits)}
+    orders = {s: split_orders(cfg, splits, s, policies) for s in policy_splits(splits)}
     meta = {
         "seconds": time.perf_counter() - t0,
         "train_seconds": trained.train_seconds,
@@ -231,7 +247,7 @@ def serl_orders(
     prior = saved_network_config(saved["config"]).prior()
     policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=prior)
     policies = {name: (policy, params)}
-    orders = {s: split_orders(cfg, splits, s, policies) for s in eval_splits(splits)}
+    orders = {s: split_orders(cfg, splits, s, policies) for s in policy_splits(splits)}
     meta = {
         "seconds": time.perf_counter() - t0,
         "best": best["id"],

@@ -113,9 +113,15 @@ class Plan:
         )
 
 
-def _needs_market(row: Row) -> bool:
-    """Whether a row trains in the dynamic market (hybrid PPO, agents)."""
-    return row.kind == "agents" or "market.mode=hybrid" in row.overrides
+def _needs_market(row: Row, cfg) -> bool:
+    """Whether a row trains in a calibrated order-book market (hybrid PPO or agents with
+    ``market.simulator=lob``; the propagator needs no calibration run)."""
+    dynamic = row.kind == "agents" or "market.mode=hybrid" in row.overrides
+    simulator = cfg.market.simulator
+    for override in row.overrides:
+        if override.startswith("market.simulator="):
+            simulator = override.split("=", 1)[1]
+    return dynamic and simulator == "lob"
 
 
 def _log(message: str) -> None:
@@ -236,7 +242,7 @@ def _run_dataset(
         store.write(dataset.name, "baselines", None, orders, {"seconds": seconds})
         _elapsed(store.root, seconds)
     market = None
-    if any(_needs_market(r) for r in learned):
+    if any(_needs_market(r, cfg) for r in learned):
         market = _market_params(plan, store, dataset)
     for row in learned:
         for seed in plan.seeds:
@@ -244,7 +250,7 @@ def _run_dataset(
                 continue
             folder = store.path(dataset.name, row.key, seed)
             extra = [*row.overrides, f"run.seed={seed}", f"run.out={json.dumps(str(folder))}"]
-            if market is not None and _needs_market(row):
+            if market is not None and _needs_market(row, cfg):
                 extra.append(f"market.params={json.dumps(market)}")
             label = f"{next(labels)} {dataset.name} {row.name} seed {seed}"
             _log(f"{label} ...")

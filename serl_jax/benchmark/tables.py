@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from serl_jax.benchmark.cells import CellStore, SplitOrders
+from serl_jax.benchmark.cells import PROPAGATOR_TEST, CellStore, SplitOrders
 from serl_jax.data.episodes import HELDOUT
 from serl_jax.metrics import (
     OrderOutcomes,
@@ -53,6 +53,7 @@ DESIGNER_REFERENCE_KEY = "serl-offline"
 SPLIT_TITLES = {
     "test": "test days, training symbols",
     HELDOUT: "test days, held-out symbols",
+    PROPAGATOR_TEST: "test days, training symbols, in the propagator market (own impact)",
     "val": "validation days (where rows were chosen; not a result)",
 }
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from serl_jax.calibrate import fit_error, main, update_params
+from serl_jax.config import load_config
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.market.statistics import STAT_COLUMNS, MarketStatistics
 
@@ -98,3 +99,23 @@ def test_cli_rejects_bad_arguments(capsys):
     assert err == "error: --iterations and --days must be >= 0"
     assert main(["--data", "no/such/bars.csv"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.slow
+def test_cli_fits_the_propagator_to_the_books_impact_response(tmp_path, capsys):
+    out = tmp_path / "propagator.yaml"
+    argv = [
+        "--data", "sample:cn_1min", "--iterations", "0", "--days", "1", "--fit-propagator",
+        "--impact-days", "2", "--propagator-out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "fitted propagator (relaxation RMSE" in printed
+    assert [line.split()[0] for line in printed.splitlines() if line[:4] in ("lob ", "prop")] == [
+        "lob",
+        "propagator",
+    ]
+    cfg = load_config(out)  # a config preset: the fitted impact section
+    assert cfg.market.simulator == "propagator"
+    assert 0.0 < cfg.impact.delta <= 1.0 and cfg.impact.permanent == 0.0
+    assert out.read_text().startswith("# Fitted with: python -m serl_jax.calibrate")

@@ -143,7 +143,7 @@ def test_a_concave_price_propagator_earns_and_is_refused():
         load_config(None, ["market.simulator=propagator", "impact.form=price"])
     # linear: the two forms agree, and nothing earns
     assert round_trip_profit(PropagatorConfig(form="price", delta=1.0)) == 0.0
-    load_config(None, ["impact.form=price"])  # unused (lob market): not checked
+    load_config(None, ["impact.form=price", "market.simulator=lob"])  # unused: not checked
 
 
 def test_reslicing_a_schedule_into_five_minute_child_orders_costs_little_more():
