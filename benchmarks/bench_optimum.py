@@ -18,11 +18,11 @@ schedule, in ``ow`` within 0.02% of Obizhaeva–Wang's minute-slot form, whose o
 printed beside it), and ``optimal_closed_form`` its objective by the formula, the check
 that the environment prices schedules as the closed form does.
 
-Both use constant liquidity (the training mean minute volume) and fixed-size child orders,
-so an order's cost is a deterministic function of its schedule: the comparison is free
-of the days' price paths and volumes. The costs no schedule controls are left out (no
-half-spread, no permanent impact: each adds the same to every schedule and would only
-shrink the relative gaps).
+Both use constant liquidity (the training mean minute volume), fixed-size child orders and
+no participation cap (the optima trade blocks), so an order's cost is a deterministic
+function of its schedule: the comparison is free of the days' price paths and volumes.
+The costs no schedule controls are left out (no half-spread, no permanent impact: each
+adds the same to every schedule and would only shrink the relative gaps).
 For each configuration PPO (``--seeds`` seeds, each trained on the training days with
 :data:`LEARNER`'s settings) is rolled out on the test days beside TWAP and the
 optimal schedule (one per day, from the day's order size), every order's objective (bps)
@@ -90,7 +90,7 @@ CONFIGS = {
 TASK = [
     "market.mode=dynamic", "market.simulator=propagator", "env.quantity_low=1.0",
     "env.quantity_high=1.0", "env.random_window=false", "env.child_quantity=fixed",
-    "env.half_spread_bps=0.0", "run.num_seeds=1",
+    "env.half_spread_bps=0.0", "env.participation_cap=1000000.0", "run.num_seeds=1",
 ]  # fmt: skip
 LEARNER = [
     "network.action_prior=twap", "network.prior_anchor_steps=1000000.0",

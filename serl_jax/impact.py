@@ -211,7 +211,8 @@ def measure_impact(
         env: the market's single-agent environment (its reward slot is not used).
         multi_agent_env_class: its multi-agent environment's class (the round trip's two
             agents), called as ``cls(2, "independent", profile_fn=...)``.
-        params: the market's parameters (set to sells of fixed-size child orders).
+        params: the market's parameters (set to sells of fixed-size child orders, with no
+            participation cap: the report measures the market, not a broker's limit).
         market, dataset: names for the report.
         duration: D, the metaorders' minutes.
         start: their first minute (``start + 3D + 1`` minutes must fit in the day).
@@ -232,8 +233,9 @@ def measure_impact(
         )
     key = jax.random.PRNGKey(0) if key is None else key
     params = params.replace(
-        side=1.0, quantity_low=1.0, quantity_high=1.0, random_window=False, child_quantity="fixed"
-    )
+        side=1.0, quantity_low=1.0, quantity_high=1.0, random_window=False,
+        child_quantity="fixed", participation_cap=1e9,
+    )  # fmt: skip
     episodes = jnp.arange(min(days, data.num_episodes), dtype=jnp.int32)
     expected_order = _window_volume(data, episodes, start, duration, data.cum_profile)
     expected_window = _window_volume(data, episodes, start, length, data.cum_profile)

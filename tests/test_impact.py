@@ -125,7 +125,7 @@ def test_tiny_ppo_beats_twap_in_the_almgren_chriss_configuration():
             "ppo.gae_lambda=1.0", "ppo.lr=0.003", "network.action_prior=twap",
             "network.prior_anchor_steps=1000000.0", "run.num_seeds=1",
             "env.quantity_low=1.0", "env.quantity_high=1.0", "env.child_quantity=fixed",
-            "env.half_spread_bps=0.0", "env.urgency=2.0",
+            "env.half_spread_bps=0.0", "env.urgency=2.0", "env.participation_cap=1000000.0",
         ],
     )  # fmt: skip
     config = PropagatorConfig(
