@@ -61,12 +61,12 @@ from bench_env import machine_description  # noqa: E402
 from serl_jax.baselines import twap_policy  # noqa: E402
 from serl_jax.baselines.optimal import (  # noqa: E402
     almgren_chriss_kappa_for,
+    linear_market,
     obizhaeva_wang_schedule,
     propagator_optimum,
     remaining_targets,
     schedule_objective,
     schedule_policy,
-    slot_kernel_matrix,
 )
 from serl_jax.config import load_config  # noqa: E402
 from serl_jax.envs.execution import mean_variance_reward  # noqa: E402
@@ -105,42 +105,27 @@ reached 98% in 40 updates) and 200 updates (40: 98% / 73% of the AC / OW savings
 99.7% / 87%)."""
 
 
-def day_coefficients(params: PropagatorEnvParams):
-    """Per episode: ``c = Q / v`` (the order over the constant minute volume) and
-    ``sigma_day`` in bps."""
-    data = params.data
-    quantity = params.order_fraction * np.asarray(data.expected_day_volume, np.float64)
-    c = quantity / np.asarray(data.mean_minute_volume, np.float64)
-    sigma_bps = np.asarray(data.sigma, np.float64) * math.sqrt(data.num_slots) * 1e4
-    return c, sigma_bps
-
-
 def closed_form(cfg, params: PropagatorEnvParams, targets: np.ndarray) -> float:
     """The mean objective (bps) of the schedules ``targets`` by the closed form
-    ``sigma_bps * J(xi)`` (:func:`~serl_jax.baselines.optimal.schedule_objective`): the
-    check that the environment prices them as the formula does."""
-    n_slots = params.data.num_slots
-    c, sigma_bps = day_coefficients(params)
-    weights, rates = cfg.impact.exponentials()
-    gamma = slot_kernel_matrix(weights, rates, n_slots)
-    values = []
-    for ci, si, row in zip(c, sigma_bps, targets, strict=True):
-        xi = -np.diff(np.concatenate([[1.0], row]))
-        values.append(si * schedule_objective(
-            xi, gamma, cfg.impact.amplitude() * ci, cfg.impact.temporary * ci,
-            cfg.env["urgency"] / n_slots,
-        ))  # fmt: skip
+    ``sigma_day_bps * J(xi)`` (:func:`~serl_jax.baselines.optimal.schedule_objective`):
+    the check that the environment prices them as the formula does."""
+    gamma, transient, temporary, risk = linear_market(cfg.impact, params)
+    sigma_bps = np.asarray(params.data.sigma, np.float64) * math.sqrt(params.data.num_slots) * 1e4
+    values = [
+        s * schedule_objective(-np.diff(np.concatenate([[1.0], row])), gamma, a, e, risk)
+        for s, a, e, row in zip(sigma_bps, transient, temporary, targets, strict=True)
+    ]
     return float(np.mean(values))
 
 
 def urgency_for(kappa_t: float, cfg, params: PropagatorEnvParams) -> float:
     """``env.urgency`` for which AC's ``kappa T`` is ``kappa_t`` at the mean order size:
-    ``2 (cosh kappa - 1) = (u / T) / (eta c)`` (:mod:`serl_jax.baselines.optimal`)."""
+    ``2 (cosh kappa - 1) = u / e`` with ``u = urgency / T`` and ``e`` the mean temporary
+    coefficient (:mod:`serl_jax.baselines.optimal`)."""
+    _, _, temporary, _ = linear_market(cfg.impact, params)
     n_slots = params.data.num_slots
-    c, _ = day_coefficients(params)
-    kappa = kappa_t / n_slots
-    risk = 2.0 * (math.cosh(kappa) - 1.0) * cfg.impact.temporary * float(np.mean(c))
-    assert almgren_chriss_kappa_for(cfg.impact.temporary, risk) > 0
+    risk = 2.0 * (math.cosh(kappa_t / n_slots) - 1.0) * float(np.mean(temporary))
+    assert almgren_chriss_kappa_for(float(np.mean(temporary)), risk) > 0
     return risk * n_slots
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "obizhaeva_wang_cost",
     "obizhaeva_wang_schedule",
     "optimal_schedule",
+    "linear_market",
     "propagator_optimum",
     "remaining_targets",
     "schedule_objective",
@@ -554,6 +555,33 @@ def propagator_optimum(config: PropagatorConfig, params: EnvParams) -> np.ndarra
         ``float64[N, T]`` targets.
 
     Raises:
+        ValueError: a market that is not linear with constant liquidity
+            (:func:`linear_market`).
+    """
+    gamma, transient, temporary, risk = linear_market(config, params)
+    solved: dict[tuple[float, float], np.ndarray] = {}
+    rows = []
+    for a, e in zip(transient, temporary, strict=True):
+        key = (round(float(a), 12), round(float(e), 12))
+        if key not in solved:
+            schedule = optimal_schedule(gamma, a, e, risk, sell_only=True)
+            solved[key] = remaining_targets(schedule)
+        rows.append(solved[key])
+    return np.stack(rows)
+
+
+def linear_market(
+    config: PropagatorConfig, params: EnvParams
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The coefficients of :func:`schedule_objective` of each episode's whole-day order
+    in a linear propagator market with constant liquidity (:func:`propagator_optimum`).
+
+    Returns:
+        ``(gamma float64[T, T], transient float64[N], temporary float64[N], risk)``: the
+        slot kernel matrix, ``a = A c`` and ``e = eta c`` per episode (``c = Q / v``), and
+        ``u = urgency / T``; the objective is in units of ``sigma_day``.
+
+    Raises:
         ValueError: a market that is not linear with constant liquidity (no closed form;
             naming the key).
     """
@@ -564,23 +592,13 @@ def propagator_optimum(config: PropagatorConfig, params: EnvParams) -> np.ndarra
             f"impact.liquidity={config.liquidity}"
         )
     data = params.data
-    num_slots = data.num_slots
     weights, rates = config.exponentials()
-    gamma = slot_kernel_matrix(weights, rates, num_slots)
     minute_volume = np.asarray(data.mean_minute_volume, np.float64)
-    floor = config.liquidity_floor * minute_volume
     quantity = float(params.order_fraction) * np.asarray(data.expected_day_volume, np.float64)
-    c = quantity / np.maximum(minute_volume, floor)
-    risk = float(params.urgency) / num_slots
-    amplitude = config.amplitude()
-    solved: dict[float, np.ndarray] = {}
-    rows = []
-    for ci in c:
-        key = round(float(ci), 9)
-        if key not in solved:
-            schedule = optimal_schedule(
-                gamma, amplitude * ci, config.temporary * ci, risk, sell_only=True
-            )
-            solved[key] = remaining_targets(schedule)
-        rows.append(solved[key])
-    return np.stack(rows)
+    c = quantity / np.maximum(minute_volume, config.liquidity_floor * minute_volume)
+    return (
+        slot_kernel_matrix(weights, rates, data.num_slots),
+        config.amplitude() * c,
+        config.temporary * c,
+        float(params.urgency) / data.num_slots,
+    )

@@ -317,6 +317,12 @@ def default_reward(
     return params.reward_scale * (pa_term - concentration - terminal)
 
 
+def sigma_day(params: EnvParams, episode: jnp.ndarray) -> jnp.ndarray:
+    """The symbol's daily volatility from training days, ``sigma_minute * sqrt(T)`` (a
+    fraction: 0.01 = 100 bps; ``T`` the day's minutes)."""
+    return params.data.sigma[episode] * jnp.sqrt(jnp.float32(params.data.num_slots))
+
+
 def mean_variance_reward(
     prev_state: EnvState, action: jnp.ndarray, next_state: EnvState, params: EnvParams
 ) -> jnp.ndarray:
@@ -353,10 +359,9 @@ def mean_variance_reward(
     fraction = safe_divide(next_state.last_qty, next_state.quantity)
     paid = params.side * (1.0 - safe_divide(next_state.last_price, next_state.last_replayed_price))
     cost = paid * 1e4 * fraction
-    n_slots = params.data.num_slots
-    sigma_day_bps = params.data.sigma[next_state.episode] * jnp.sqrt(jnp.float32(n_slots)) * 1e4
     held = safe_divide(next_state.inventory, next_state.quantity)
-    risk = params.urgency * sigma_day_bps / n_slots * held**2
+    sigma_day_bps = sigma_day(params, next_state.episode) * 1e4
+    risk = params.urgency * sigma_day_bps / params.data.num_slots * held**2
     done = next_state.time >= next_state.window_len
     terminal = jnp.where(done, params.terminal_penalty_bps * held, 0.0)
     return -params.reward_scale * (cost + risk + terminal)

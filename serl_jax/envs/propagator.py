@@ -12,7 +12,8 @@ units of the symbol's training ``sigma_day = sigma_minute sqrt(T)``)::
 clipped so that the cost stays below ``max_cost_bps``. The static market's per-minute
 square-root cost is not used (nor ``force_penalty_bps``): the impact prices the child
 orders. Its participation cap is (a child order trades at most ``participation_cap`` of
-the minute's replayed volume, the forced last step excepted): a broker's maximum
+the minute's liquidity, the volume the market measures participation against, the forced
+last step excepted): a broker's maximum
 participation rate, and the propagator's square-root response, calibrated on metaorders
 traded over time, prices a block of several minutes' volume too kindly (5% of a US day's
 volume sold in the opening minute paid 17 bps less than a day's TWAP on the US sample
@@ -53,6 +54,7 @@ from serl_jax.envs.execution import (
     ExecutionEnv,
     default_reward,
     desired_quantity,
+    sigma_day,
 )
 from serl_jax.envs.multi_agent import AgentAxisEnv, AgentsState, with_profile
 from serl_jax.market.propagator import (
@@ -128,12 +130,6 @@ class PropagatorEnvState(EnvState):
     recent_impact: jax.Array = None
 
 
-def sigma_day(params: EnvParams, episode: jax.Array) -> jax.Array:
-    """The symbol's daily volatility from training days, ``sigma_minute * sqrt(T)`` (a
-    fraction: 0.01 = 100 bps)."""
-    return params.data.sigma[episode] * jnp.sqrt(jnp.float32(params.data.num_slots))
-
-
 def minute_liquidity(params: PropagatorEnvParams, episode: jax.Array, slot: jax.Array):
     """``v_s``, shares: the minute's volume in the participation rate
     (:class:`~serl_jax.market.propagator.PropagatorConfig` ``liquidity``), at least
@@ -201,9 +197,6 @@ class PropagatorExecutionEnv(ExecutionEnv):
         reward_fn: the reward slot, as for :class:`~serl_jax.envs.execution.ExecutionEnv`.
     """
 
-    def __init__(self, reward_fn=default_reward):
-        super().__init__(reward_fn)
-
     @property
     def name(self) -> str:
         return "PropagatorExecutionEnv"
@@ -228,14 +221,14 @@ class PropagatorExecutionEnv(ExecutionEnv):
 
     def child_quantity(self, state: EnvState, fraction, params: EnvParams, slot) -> jax.Array:
         """The minute's child order, shares: :func:`~serl_jax.envs.execution.desired_quantity`
-        capped at ``participation_cap`` of the minute's replayed volume (as in the static
-        market), the whole inventory at a forced last step."""
+        capped at ``participation_cap`` of the minute's liquidity (:func:`minute_liquidity`,
+        the volume the market measures participation against), the whole inventory at a
+        forced last step."""
         volume = params.data.volume[state.episode, slot]
         forced = jnp.logical_and(params.force_liquidation, state.time + 1 >= state.window_len)
         desired = desired_quantity(state, fraction, params, slot, volume)
-        capped = jnp.minimum(
-            desired, jnp.minimum(params.participation_cap * volume, state.inventory)
-        )
+        cap = params.participation_cap * minute_liquidity(params, state.episode, slot)
+        capped = jnp.minimum(desired, jnp.minimum(cap, state.inventory))
         return jnp.where(forced, state.inventory, capped)
 
     def step_env(

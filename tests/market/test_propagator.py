@@ -214,7 +214,8 @@ class PropagatorTwin:
             qty = s.inventory
         else:
             qty = min(max(float(action), 0.0), 1.0) * s.inventory
-            qty = min(qty, float(self.p.participation_cap) * volume)
+            liquidity = max(volume, self.config.liquidity_floor * b.minute_volume[s.episode])
+            qty = min(qty, float(self.p.participation_cap) * liquidity)
         liquidity = max(volume, c.liquidity_floor * b.minute_volume[s.episode])
         side = float(self.p.side)
         x = -side * qty / liquidity
