@@ -11,14 +11,13 @@ units of the symbol's training ``sigma_day = sigma_minute sqrt(T)``)::
 
 clipped so that the cost stays below ``max_cost_bps``. The static market's per-minute
 square-root cost is not used (nor ``force_penalty_bps``): the impact prices the child
-orders. Its participation cap is (a child order trades at most ``participation_cap`` of
-the minute's liquidity, the volume the market measures participation against, the forced
-last step excepted): a broker's maximum
-participation rate, and the propagator's square-root response, calibrated on metaorders
-traded over time, prices a block of several minutes' volume too kindly (5% of a US day's
-volume sold in the opening minute paid 17 bps less than a day's TWAP on the US sample
-without it); the order book needs no cap, its depth is the constraint. Q is not rounded
-(as in the static market).
+orders. Its participation cap is: a child order trades at most ``participation_cap`` of
+the minute's liquidity (the volume the market measures participation against), the
+forced last step excepted. It is a broker's maximum participation rate, and the
+propagator's square-root response, calibrated on metaorders traded over time, prices a
+block of several minutes' volume too kindly (5% of a US day's volume sold in the opening
+minute paid 17 bps less than a day's TWAP on the US sample without it); the order book
+needs no cap, its depth is the constraint. Q is not rounded (as in the static market).
 
 Observation. Bars before the window are the real day's; a simulated minute's bar price
 is the replayed one shifted by the impact at the minute's end, and its log-return

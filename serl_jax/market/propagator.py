@@ -37,7 +37,7 @@ buy, ``-1`` sell; ``v_s`` the minute's liquidity, shares), and the price at time
 - The half-spread is paid on top, as in the static market
   (:class:`~serl_jax.envs.execution.EnvParams` ``half_spread_bps``).
 
-Why ``F`` acts on the propagated flow. The issue-tracker form ``I_t = sum_{s<=t} G(t-s)
+Why ``F`` acts on the propagated flow. The classic form ``I_t = sum_{s<=t} G(t-s)
 f(q_s/v_s)`` (``form="price"``: the price impact itself propagates, Bouchaud et al.
 2004; Gatheral 2010) admits price manipulation whenever ``delta < 1``: buying slowly
 and selling in one fast minute earns money, because concave ``f`` charges the fast leg
