@@ -351,12 +351,11 @@ def round_trip_profit_bps(
 
     run = jax.jit(jax.vmap(one, in_axes=(0, None)))
     base_price, _, _ = jax.device_get(run(episodes, 0.0))
-    price, qty, paid = jax.device_get(run(episodes, per_window))
+    _, qty, paid = jax.device_get(run(episodes, per_window))
     # [E, 2D, 2 agents]: each agent's average fill against the undisturbed prices
     excess = (qty * (paid - base_price)).sum(1) / qty.sum(1)
     arrival = base_price[:, 0, 0]
     profit = (excess[:, 1] - excess[:, 0]) / arrival * 1e4
-    del price
     return float(np.mean(profit))
 
 
