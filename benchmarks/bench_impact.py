@@ -37,6 +37,7 @@ from bench_env import machine_description
 
 from serl_jax.benchmark.rows import calibrate_market
 from serl_jax.benchmark.suites import PAPER_DATASETS, SAMPLE_DATASETS, default_data_root
+from serl_jax.cli import parse_command_line
 from serl_jax.config import load_config
 from serl_jax.envs.dynamic import DynamicExecutionEnv
 from serl_jax.envs.market_data import MarketData
@@ -88,7 +89,7 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="JSON lines")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = parser.parse_args()
+    args = parse_command_line(parser, None)  # overrides may stand among the flags
 
     if args.data:
         datasets = [(Path(p).name, p, ()) for p in args.data]

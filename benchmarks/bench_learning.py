@@ -81,6 +81,7 @@ from bench_env import machine_description
 
 from llm.designs import library
 from llm.validate import load_validated
+from serl_jax.cli import parse_command_line
 from serl_jax.config import Config, apply_overrides, config_from_dict, load_config
 from serl_jax.data import build_episodes, fit_stats, load_minute_bars, split_days
 from serl_jax.envs.execution import ExecutionEnv
@@ -518,7 +519,7 @@ def main() -> None:
         "--discrete", action="store_true", help="discrete action sets against plain PPO instead"
     )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = parser.parse_args()
+    args = parse_command_line(parser, None)  # overrides anywhere among the flags
     cfg = load_config(args.config, args.overrides)
     markets = args.markets.split(",")
     print(machine_description())

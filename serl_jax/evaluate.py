@@ -20,7 +20,12 @@ Usage::
                                 [--policy twap|vwap|avwap|pov|ac|immediate|oracle|optimal
                                           |CHECKPOINT ...]
                                 [--env static|dynamic|propagator] [--split test|heldout|all]
-                                [--config FILE] [--json] [--verbose] [section.key=value ...]
+                                [--config FILE] [--json] [--wide] [--verbose]
+                                [section.key=value ...]
+
+Overrides may stand anywhere among the flags (:func:`serl_jax.cli.parse_command_line`).
+The table fits 120 columns (:func:`serl_jax.metrics.format_table`: columns the same on
+every row are named under it instead); ``--wide`` prints every column.
 
 ``--env dynamic`` runs the orders through the dynamic market ``market.simulator`` names:
 the simulated order-book market (:mod:`serl_jax.market`) with the calibrated parameters
@@ -50,6 +55,7 @@ from pathlib import Path
 
 from llm.validate import load_validated
 from serl_jax.baselines.optimal import propagator_optimum, schedule_policy
+from serl_jax.cli import add_wide_flag, parse_command_line
 from serl_jax.config import (
     ConfigError,
     apply_overrides,
@@ -120,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", help="YAML preset for env/eval settings")
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    add_wide_flag(parser)
     parser.add_argument("--verbose", action="store_true", help="the load report per symbol")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
     try:
         return _evaluate(args)
     except (ConfigError, DataError, CheckpointError, ValueError) as err:
@@ -229,7 +236,8 @@ def _evaluate(args: argparse.Namespace) -> int:
             print(json.dumps({"policy": name, **metrics.to_dict()}, allow_nan=False))
     else:
         label = f"{market} {args.env}"
-        print(format_table({(label, name): m for name, (m, _) in results.items()}))
+        rows = {(label, name): m for name, (m, _) in results.items()}
+        print(format_table(rows, wide=args.wide))
     return 0
 
 

@@ -247,3 +247,49 @@ def test_every_other_serl_row_is_paired_with_serl_offline(tmp_path):
     split = dataset_results(store, "d", without, [0], boot)["test"]
     assert split["vs_designer"]["rows"] == {}
     assert "designer library" not in "\n".join(tables._footer_md(split))
+
+
+def test_the_printed_results_page_fits_120_columns_and_wide_shows_every_column(tmp_path):
+    """A dataset's split from stored cells (TWAP, and PPO with 2 seeds on 30 orders over
+    10 days): the printed page's table fits 120 columns and names what it leaves out;
+    ``wide`` shows every column; ``results.md`` keeps its full markdown table."""
+    rng = np.random.default_rng(3)
+    days = [f"2024-01-{d:02d}" for d in range(1, 11) for _ in range(3)]
+    store = CellStore(tmp_path)
+    twap = _orders(list(rng.normal(0.0, 5.0, 30)), days)
+    store.write("d", "baselines", None, {"test": {"TWAP": twap}}, {})
+    for seed in (0, 1):
+        ppo = _orders(list(rng.normal(1.0, 5.0, 30)), days)
+        store.write("d", "ppo", seed, {"test": {"PPO": ppo}}, {})
+    boot = {"confidence": 0.95, "n_bootstrap": 200, "seed": 0}
+    split = dataset_results(store, "d", [("ppo", "PPO")], [0, 1], boot)["test"]
+    meta = {
+        "suite": "custom", "date": "2024-02-01 00:00 UTC", "machine": "test", "seeds": [0, 1],
+        "run_seconds": 60.0, "peak_rss_gb": 1.0, "command": "python -m serl_jax.benchmark",
+    }  # fmt: skip
+    results = {"meta": meta, "datasets": {"d": {"path": "d", "why": "a test", "splits": {}}}}
+    results["datasets"]["d"]["splits"]["test"] = split
+
+    def table(text: str) -> list[str]:
+        lines = text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("### test days"))
+        end = next(i for i, line in enumerate(lines) if line.startswith("Intervals:"))
+        return lines[start + 1 : end]
+
+    compact = table(tables.results_text(results))
+    assert max(len(line) for line in compact) <= 120
+    assert "PA-TWAP per seed" not in "\n".join(compact[:3])
+    assert any(line.split()[:1] == ["PPO"] for line in compact)
+    assert "Not shown (--wide shows every column): PA-TWAP per seed" in " ".join(compact)
+    wide = table(tables.results_text(results, wide=True))
+    header = " ".join(wide[:3])
+    for title in ("PA (bps)", "PA-std (bps)", "WR", "GLR", "AFI", "n", "MDE", "won",
+                  "shortfall-TWAP (bps)", "PA-TWAP per seed"):  # fmt: skip
+        assert title in header, title
+    seeds = split["rows"]["PPO"]["pa_vs_twap_per_seed"]
+    ppo_row = next(line for line in wide if line.startswith("PPO"))
+    assert ppo_row.endswith(f"{seeds[0]:+.2f} / {seeds[1]:+.2f}")
+    markdown = tables.results_markdown(results)
+    assert (
+        "| policy | PA (bps) | PA-std | WR | GLR | AFI | n | PA−TWAP (bps) | MDE | won " in markdown
+    )

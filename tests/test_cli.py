@@ -75,6 +75,9 @@ def test_train_writes_a_complete_run_folder(tiny_run):
     assert len(entry["selection"]["validation_pa_per_seed"]) == 2
     results = (tiny_run / "results.txt").read_text()
     assert "us_1min static" in results and "us_1min dynamic" in results
+    # the file keeps every column, those the printed table leaves out too (serl_jax.cli)
+    header = results.splitlines()[0].split()
+    assert header[:2] == ["market", "policy"] and {"AFI", "n", "MDE", "won"} <= set(header)
 
 
 def test_static_training_needs_no_calibrated_market(tmp_path, capsys):
@@ -409,3 +412,107 @@ def test_a_users_memory_settings_win(no_xla_memory_vars, name):
     # setting the other name as well would make jaxlib refuse to start
     other = ({"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"} - {name}).pop()
     assert other not in os.environ
+
+
+# --------------------------------------------------------------------------------------
+# Command lines: section.key=value overrides among the flags (serl_jax.cli)
+# --------------------------------------------------------------------------------------
+
+
+def test_train_takes_overrides_anywhere_among_its_flags(monkeypatch):
+    """The command line of issue 50: an override after a flag that follows another
+    override was "unrecognized"; the job itself is replaced, so nothing trains."""
+    seen = {}
+
+    def run_serl(cfg, name, resume, quiet, verbose=False, wide=False):
+        seen.update(cfg=cfg, resume=resume, wide=wide)
+        return 0
+
+    monkeypatch.setattr(train, "run_serl", run_serl)
+    monkeypatch.setattr(train, "share_accelerator", lambda loop: None)
+    argv = ["--seed", "7", "loop.min_iterations=1", "--out", "runs", "loop.executor=ray"]
+    assert train.main([*argv, "--wide", "loop.candidates=3"]) == 0
+    cfg = seen["cfg"]
+    assert (cfg.run.seed, cfg.run.out) == (7, "runs")
+    assert (cfg.loop.min_iterations, cfg.loop.executor, cfg.loop.candidates) == (1, "ray", 3)
+    assert seen["resume"] is None and seen["wide"] is True
+
+
+def test_train_keeps_argparse_errors_with_mixed_overrides(capsys):
+    with pytest.raises(SystemExit) as stop:
+        train.main(["loop.min_iterations=1", "--seed", "seven", "loop.executor=ray"])
+    assert stop.value.code == 2
+    assert "argument --seed: invalid int value: 'seven'" in capsys.readouterr().err
+
+
+def test_evaluate_takes_overrides_anywhere_among_its_flags(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(evaluate, "_evaluate", lambda args: seen.update(vars(args)) or 0)
+    argv = [
+        "env.step_minutes=5", "--data", "sample:us_1min", "eval.n_bootstrap=100",
+        "--policy", "twap", "--wide", "env.lookback=8", "--policy", "vwap", "--split", "all",
+    ]  # fmt: skip
+    assert evaluate.main(argv) == 0
+    assert seen["overrides"] == ["env.step_minutes=5", "eval.n_bootstrap=100", "env.lookback=8"]
+    assert seen["policy"] == ["twap", "vwap"]
+    assert (seen["data"], seen["split"], seen["wide"], seen["json"]) == (
+        "sample:us_1min", "all", True, False
+    )  # fmt: skip
+
+
+def test_benchmark_takes_overrides_anywhere_among_its_flags(tmp_path, monkeypatch, capsys):
+    import serl_jax.benchmark.__main__ as benchmark
+
+    plans = []
+
+    def run_plan(plan, root, verbose=False):
+        plans.append((plan, root))
+        raise ValueError("stopped before any cell")
+
+    monkeypatch.setattr(benchmark, "run_plan", run_plan)
+    out = tmp_path / "bench"
+    argv = [
+        "--data", "sample:us_1min", "ppo.num_envs=64", "--seeds", "2", "run.num_seeds=1",
+        "--wide", "--out", str(out), "ppo.total_timesteps=2048",
+    ]  # fmt: skip
+    assert benchmark.main(argv) == 2
+    ((plan, root),) = plans
+    assert plan.overrides == ("ppo.num_envs=64", "run.num_seeds=1", "ppo.total_timesteps=2048")
+    assert plan.seeds == (0, 1) and root == out
+    assert [d.path for d in plan.datasets] == ["sample:us_1min"]
+    assert "stopped before any cell" in capsys.readouterr().err
+    # --wide is a display option: allowed with --resume (which refuses the others)
+    assert benchmark.main(["--resume", str(out), "--wide"]) == 2
+    assert "not a benchmark run folder" in capsys.readouterr().err
+    assert benchmark.main(["--resume", str(out), "--seeds", "2"]) == 2
+    assert "drop the other options" in capsys.readouterr().err
+
+
+def test_the_printed_table_fits_120_columns_and_wide_keeps_every_column(monkeypatch, capsys):
+    """``python -m serl_jax.evaluate`` on the CN sample's test days (7 policies, 40
+    orders on 10 days): every printed line fits 120 columns; the same rows with ``--wide``
+    (what ``results.txt`` keeps) have every column, and are wider."""
+    tables = []
+    real = evaluate.format_table
+
+    def format_table(rows, wide=False):
+        tables.append(rows)
+        return real(rows, wide=wide)
+
+    monkeypatch.setattr(evaluate, "format_table", format_table)
+    assert evaluate.main(["--data", "sample:cn_1min"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in printed) <= 120
+    (rows,) = tables
+    assert len(rows) == 7
+    for name in ("TWAP", "VWAP", "oracle (not achievable)"):
+        assert any(line.strip().startswith(name) for line in printed), name
+    # AFI is 0 on every row (forced liquidation) and n is 40: named, not shown
+    note = " ".join(" ".join(printed).split())
+    assert "the same on every row: AFI 0.0000 [0.0000, 0.0000], n 40" in note
+    wide = real(rows, wide=True).splitlines()
+    assert wide[0].split() == [
+        "market", "policy", "PA", "(bps)", "PA-std", "(bps)", "WR", "GLR", "AFI", "n",
+        "PA-TWAP", "(bps)", "MDE", "won", "shortfall-TWAP", "(bps)",
+    ]  # fmt: skip
+    assert len(wide) == 2 + 7 + 2 and max(len(line) for line in wide) > 120

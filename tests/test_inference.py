@@ -19,7 +19,19 @@ from serl_jax.metrics.inference import (
     Clustering,
     cluster_robust_mean,
     minimum_detectable_effect,
+    proportion_interval,
+    wilson_interval,
 )
+
+Z = 1.959964  # the standard normal 0.975 quantile
+
+
+def _wilson(p, n, q=Z):
+    """Wilson (1927) by hand: centre (p + q²/2n)/(1 + q²/n), half-width
+    q/(1 + q²/n) · sqrt(p(1 - p)/n + q²/4n²)."""
+    centre = (p + q**2 / (2 * n)) / (1 + q**2 / n)
+    half = q / (1 + q**2 / n) * math.sqrt(p * (1 - p) / n + q**2 / (4 * n**2))
+    return centre - half, centre + half
 
 
 def _day_effect_data(n_days, per_day, day_sd, order_sd, seed=0):
@@ -147,16 +159,19 @@ def test_metrics_with_few_days_use_cluster_robust_t_for_means_only():
     m = compute_metrics(_orders(pa, executed), days=days)
     assert (m.interval, m.n_days) == (CLUSTER_T, 3)
     clustering = Clustering.from_days(days, 6)
-    for name, per_order in (
-        ("PA", pa),
-        ("WR", (pa > 0).astype(float)),
-        ("AFI", (100.0 - executed) / 100.0),
-    ):
+    for name, per_order in (("PA", pa), ("AFI", (100.0 - executed) / 100.0)):
         mean, se = cluster_robust_mean(per_order, clustering)
         half = stats.t.ppf(0.975, 2) * se
         est = getattr(m, name)
         assert est.value == pytest.approx(mean)
         assert (est.low, est.high) == (pytest.approx(mean - half), pytest.approx(mean + half))
+    # WR, 4 wins of 6: days a, b win 1 of 2, day c 2 of 2; the day sums of x - 2/3 are
+    # -1/3, -1/3, 2/3, so SE_CR² = 3/2 · (2/3) / 36 = 1/36 and deff = (1/36) / ((2/9) / 6)
+    # = 0.75 < 1: n_eff stays 6, and the Wilson interval takes t(2)
+    p, n, q = 4 / 6, 6, stats.t.ppf(0.975, 2)
+    centre = (p + q**2 / (2 * n)) / (1 + q**2 / n)
+    half = q / (1 + q**2 / n) * math.sqrt(p * (1 - p) / n + q**2 / (4 * n**2))
+    assert (m.WR.low, m.WR.high) == (pytest.approx(centre - half), pytest.approx(centre + half))
     assert math.isnan(m.PA_std.low) and math.isnan(m.GLR.high)
     assert m.to_dict()["interval"] == {"method": CLUSTER_T, "days": 3, "confidence": 0.95}
     one_day = compute_metrics(_orders(pa), days=["x"] * 6, twap=_orders(np.zeros(6)))
@@ -170,21 +185,95 @@ def test_metrics_day_bootstrap_weights_match_concatenated_resamples():
     pa = rng.normal(size=days.size) * 4
     m = compute_metrics(_orders(pa), confidence=0.8, n_bootstrap=200, seed=9, days=days)
     draw = np.random.default_rng(9)
-    stds, wrs = [], []
+    stds = []
     for _ in range(200):
         picked = draw.integers(0, n_days, size=n_days)
         sample = np.concatenate([pa[days == d] for d in picked])
         stds.append(sample.std(ddof=1))
-        wrs.append((sample > 0).mean())
     assert (m.PA_std.low, m.PA_std.high) == tuple(
         pytest.approx(q) for q in np.quantile(stds, [0.1, 0.9])
     )
-    assert (m.WR.low, m.WR.high) == tuple(pytest.approx(q) for q in np.quantile(wrs, [0.1, 0.9]))
 
 
 def test_table_footer_names_the_method_and_the_days():
     values, days = _day_effect_data(3, 4, 1.0, 1.0)
     policy = compute_metrics(_orders(values), days=days, twap=_orders(np.zeros(12)))
-    text = format_table({("xsec", "PPO"): policy})
+    text = format_table({("xsec", "PPO"): policy}, wide=True)
     assert "cluster-robust t interval by day (G = 3 days, 2 df" in text
     assert f"{policy.vs_TWAP.mde:.2f}" in text.splitlines()[2]
+
+
+# --------------------------------------------------------------------------------------
+# WR: Wilson score intervals
+# --------------------------------------------------------------------------------------
+
+
+def test_wilson_interval_matches_the_hand_formula_and_the_score_test():
+    low, high = wilson_interval(3 / 40, 40)
+    assert (low, high) == tuple(pytest.approx(x, rel=1e-6) for x in _wilson(3 / 40, 40))
+    # independently: the ends are the roots of (1 + z²/n) π² - (2p + z²/n) π + p² = 0,
+    # the π where the score test (p - π)² = z² π (1 - π) / n is an equality
+    roots = np.sort(np.roots([1 + Z**2 / 40, -(2 * 3 / 40 + Z**2 / 40), (3 / 40) ** 2]).real)
+    assert (low, high) == tuple(pytest.approx(r, rel=1e-6) for r in roots)
+    # the example the Wald-type interval got wrong: 0.075 [-0.011, 0.161]
+    assert 0.0 < low < 3 / 40 < high < 1.0
+    # with df, Student's t in place of z
+    q = stats.t.ppf(0.975, 4)
+    assert wilson_interval(0.25, 12.5, df=4) == tuple(
+        pytest.approx(x) for x in _wilson(0.25, 12.5, q)
+    )
+
+
+@pytest.mark.parametrize("n", [1, 7, 40, 1000])
+def test_wilson_interval_stays_in_the_unit_interval_at_zero_and_one(n):
+    low, high = wilson_interval(0.0, n)
+    assert low == 0.0 and high == pytest.approx(Z**2 / (n + Z**2), rel=1e-6)
+    low, high = wilson_interval(1.0, n)
+    assert high == 1.0 and low == pytest.approx(n / (n + Z**2), rel=1e-6)
+    for p in (0.0, 1 / n, 0.5, 1.0):
+        low, high = wilson_interval(p, n, confidence=0.99)
+        assert 0.0 <= low <= p <= high <= 1.0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [((1.5, 10), "proportion p"), ((0.5, 0), "number of trials n"), ((0.5, 10, 1.0), "confidence")],
+)
+def test_wilson_interval_rejects_bad_input(args, message):
+    with pytest.raises(ValueError, match=message):
+        wilson_interval(*args)
+
+
+def test_proportion_interval_uses_the_days_effective_sample_size():
+    """4 days of 5 orders with 5, 4, 0 and 1 wins: p = 1/2, the day sums of x - p are
+    2.5, 1.5, -2.5, -1.5, so SE_CR² = 4/3 · 17 / 400 and deff = SE_CR² / (p(1-p)/20)
+    = 4.533: n_eff = 20 / deff = 4.41 orders' worth, with t(3)."""
+    wins = np.array([1] * 5 + [1, 1, 1, 1, 0] + [0] * 5 + [1, 0, 0, 0, 0], bool)
+    days = np.repeat(["a", "b", "c", "d"], 5)
+    se2 = 4 / 3 * 17 / 400
+    n_eff = 0.25 / se2
+    assert n_eff == pytest.approx(20 / 4.5333, rel=1e-4)
+    expected = _wilson(0.5, n_eff, stats.t.ppf(0.975, 3))
+    clustering = Clustering.from_days(days, 20)
+    assert proportion_interval(wins, clustering) == tuple(pytest.approx(x) for x in expected)
+    # wider than the independent orders' interval, which the same wins without days get
+    plain = proportion_interval(wins, Clustering.from_days(None, 20))
+    assert plain == tuple(pytest.approx(x, rel=1e-6) for x in _wilson(0.5, 20))
+    assert expected[1] - expected[0] > plain[1] - plain[0]
+    # compute_metrics gives WR this interval (cluster-robust t method: 4 days)
+    pa = np.where(wins, 2.0, -1.0)
+    m = compute_metrics(_orders(pa), days=days)
+    assert m.interval == CLUSTER_T
+    assert (m.WR.low, m.WR.high) == tuple(pytest.approx(x) for x in expected)
+
+
+def test_proportion_interval_when_every_order_lost_or_on_one_day():
+    days = np.repeat(["a", "b", "c"], 4)
+    # every order lost: SE_CR = 0, deff taken as 1, n = 12 with t(2); not a point at 0
+    low, high = proportion_interval(np.zeros(12), Clustering.from_days(days, 12))
+    q = stats.t.ppf(0.975, 2)
+    assert low == 0.0 and high == pytest.approx(q**2 / (12 + q**2))
+    one_day = proportion_interval(np.ones(5), Clustering.from_days(["x"] * 5, 5))
+    assert all(math.isnan(x) for x in one_day)
+    with pytest.raises(ValueError, match="values of 0 or 1"):
+        proportion_interval(np.full(12, 0.5), Clustering.from_days(days, 12))

@@ -138,7 +138,8 @@ def test_single_order_has_zero_std_and_degenerate_intervals():
     m = compute_metrics(_orders([-1.0], avg_price=99.0, benchmark=100.0))
     assert m.PA == Estimate(pytest.approx(100.0), pytest.approx(100.0), pytest.approx(100.0))
     assert m.PA_std == Estimate(0.0, 0.0, 0.0)
-    assert m.WR == Estimate(1.0, 1.0, 1.0)
+    # WR's Wilson interval of one win out of one: [1 / (1 + z²), 1], not a point
+    assert m.WR == Estimate(1.0, pytest.approx(1 / (1 + 1.959964**2)), 1.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -180,14 +181,13 @@ def test_bootstrap_matches_plain_python_loop():
     unfilled = (out.quantity - out.executed) / out.quantity
     n_boot, seed, conf = 300, 11, 0.9
     idx = np.random.default_rng(seed).integers(0, 12, size=(n_boot, 12))
-    stats = {k: [] for k in ("PA", "PA_std", "WR", "GLR", "AFI")}
+    stats = {k: [] for k in ("PA", "PA_std", "GLR", "AFI")}  # WR: Wilson, not bootstrapped
     for row in idx:
         p = [float(pa[i]) for i in row]
         gains = [x for x in p if x > 0]
         losses = [x for x in p if x < 0]
         stats["PA"].append(sum(p) / len(p))
         stats["PA_std"].append(float(np.std(p, ddof=1)))
-        stats["WR"].append(len(gains) / len(p))
         if losses:
             glr = (sum(gains) / len(gains) if gains else 0.0) / abs(sum(losses) / len(losses))
         else:
@@ -246,7 +246,8 @@ def test_format_table():
     m1 = compute_metrics(_random_orders(40))
     m2 = compute_metrics(_orders([1, 1], avg_price=[101, 102], benchmark=100))
     m3 = compute_metrics(_orders([1, 1], avg_price=100, benchmark=100))
-    text = format_table({("cn_1min", "ppo"): m1, ("cn_1min", "twap"): m2, ("us_1min", "ac"): m3})
+    rows = {("cn_1min", "ppo"): m1, ("cn_1min", "twap"): m2, ("us_1min", "ac"): m3}
+    text = format_table(rows, wide=True)
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["market", "policy", "PA"]
     assert len(lines) == 2 + 3 + 2  # two markets with different interval footers
@@ -259,6 +260,54 @@ def test_format_table():
     assert "of us_1min: 95% percentile bootstrap over orders (G = 2" in lines[-1]
     with pytest.raises(ValueError, match="format_table"):
         format_table({"ppo": m1})
+
+
+def _wilson(p, n, z=1.959964):
+    """Wilson (1927) by hand: centre (p + z²/2n)/(1 + z²/n), half-width
+    z/(1 + z²/n) · sqrt(p(1 - p)/n + z²/4n²)."""
+    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
+    return centre - half, centre + half
+
+
+def test_the_compact_table_leaves_out_columns_undefined_or_the_same_on_every_row():
+    """Two policies on 4 fully filled sell orders, no bootstrap, no TWAP pairing: AFI is
+    0 and n is 4 on both rows, the paired columns are undefined on both; PA's interval
+    is undefined (no bootstrap) and WR's is Wilson's with n = 4."""
+    a = compute_metrics(_orders([1] * 4, [101, 99, 102, 100], 100), n_bootstrap=0)
+    b = compute_metrics(_orders([1] * 4, [100.5, 100.5, 99.5, 100.5], 100), n_bootstrap=0)
+    text = format_table({("m", "A"): a, ("m", "B"): b})
+    lines = text.splitlines()
+    assert all(len(line) <= 120 for line in lines)
+    header = (lines[0] + " " + lines[1]).split()  # units on the second header line
+    assert header == ["PA", "PA-std", "policy", "(bps)", "(bps)", "WR", "GLR"]
+    assert lines[3] == "m"  # the market heads its rows
+    # PA [100, -100, 200, 0] bps: mean 50, std sqrt(50000/3) = 129.10, WR 2/4, GLR 150/100
+    assert lines[4].split() == ["A", "50.00", "129.10", "0.500", "1.50"]
+    assert lines[5].split() == [f"[{_wilson(0.5, 4)[0]:.3f},", f"{_wilson(0.5, 4)[1]:.3f}]"]
+    # PA [50, 50, -50, 50] bps: mean 25, std 50, WR 3/4, GLR 50/50
+    assert lines[6].split() == ["B", "25.00", "50.00", "0.750", "1.00"]
+    assert lines[7].split() == [f"[{_wilson(0.75, 4)[0]:.3f},", f"{_wilson(0.75, 4)[1]:.3f}]"]
+    assert (
+        "Not shown (--wide shows every column): the same on every row: AFI 0.0000, n 4; "
+        "undefined on every row: PA-TWAP (bps), MDE, won, shortfall-TWAP (bps)."
+    ) in " ".join(" ".join(lines[8:]).split())  # the note, wrapped at 120
+
+    wide = format_table({("m", "A"): a, ("m", "B"): b}, wide=True).splitlines()
+    assert wide[0].split() == [
+        "market", "policy", "PA", "(bps)", "PA-std", "(bps)", "WR", "GLR", "AFI", "n",
+        "PA-TWAP", "(bps)", "MDE", "won", "shortfall-TWAP", "(bps)",
+    ]  # fmt: skip
+    assert wide[2].split()[:2] == ["m", "A"] and "0.0000 [n/a, n/a]" in wide[2]
+    assert wide[2].split()[-5:] == ["4", "-", "-", "-", "-"]
+    assert "Not shown" not in "\n".join(wide)
+
+    # one row: nothing is "the same on every row", only the undefined columns go
+    single = format_table({("m", "A"): a})
+    assert "AFI" in single.splitlines()[1] and "MDE" not in single.splitlines()[1]
+    assert "undefined on every row: PA-TWAP (bps), MDE, won, shortfall-TWAP (bps)." in (
+        " ".join(single.split())
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -442,7 +491,7 @@ def test_compute_metrics_with_twap_reports_the_paired_columns():
     record = json.loads(json.dumps(m.to_dict(), allow_nan=False))
     assert set(record["vs_TWAP"]) == {"value", "ci_low", "ci_high", "win_rate", "mde"}
     assert "vs_TWAP" not in compute_metrics(reference).to_dict()
-    table = format_table({("m", "twap"): compute_metrics(reference), ("m", "ppo"): m})
+    table = format_table({("m", "twap"): compute_metrics(reference), ("m", "ppo"): m}, wide=True)
     assert "+13.33 [" in table.splitlines()[3] and "PA-TWAP" in table
     with pytest.raises(ValueError, match="same orders"):
         compute_metrics(policy, twap=_orders([1.0], 100.0, 100.0))

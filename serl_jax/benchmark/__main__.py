@@ -6,8 +6,13 @@ Usage::
     python -m serl_jax.benchmark [--suite paper|samples] [--data PATH ...] [--data-root DIR]
                                  [--config FILE] [--seeds N] [--rows KEY,KEY,...]
                                  [--llm SPEC] [--ablations] [--out DIR] [--verbose]
-                                 [section.key=value ...]
-    python -m serl_jax.benchmark --resume RUN_DIR [--verbose]
+                                 [--wide] [section.key=value ...]
+    python -m serl_jax.benchmark --resume RUN_DIR [--verbose] [--wide]
+
+Overrides may stand anywhere among the flags (:func:`serl_jax.cli.parse_command_line`).
+At the end it prints the results page (:func:`serl_jax.benchmark.tables.results_text`):
+``results.md`` with each split's table as text that fits 120 columns, or with every
+column (``--wide``); ``results.md`` keeps every column.
 
 Rows (``--rows`` keys): ``baselines`` (TWAP, TWAP-POV, VWAP, adaptive VWAP, POV, AC and
 the hindsight oracle; always run), ``ppo`` (the default PPO, static market),
@@ -48,6 +53,8 @@ from serl_jax.benchmark.suites import (
     llm_row,
     suite_datasets,
 )
+from serl_jax.benchmark.tables import results_text
+from serl_jax.cli import add_wide_flag, parse_command_line
 from serl_jax.config import ConfigError
 from serl_jax.data import DataError
 
@@ -108,13 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="the run folder (default runs/<time>-benchmark-<suite>)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a benchmark run folder")
     parser.add_argument("--verbose", action="store_true", help="per-symbol loads, cell output")
+    add_wide_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
     args.argv = argv
     try:
         if args.resume:
             given = [a for a in (argv if argv is not None else sys.argv[1:])]
-            if set(given) - {"--resume", args.resume, "--verbose"}:
+            if set(given) - {"--resume", args.resume, "--verbose", "--wide"}:
                 raise ValueError(
                     "--resume continues a run with its own plan; drop the other options"
                 )
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, ValueError) as err:
         print(f"error: {' '.join(str(err).splitlines())}", file=sys.stderr)
         return 2
-    print((root / "results.md").read_text())
+    print(results_text(results, wide=args.wide))
     return 1 if results["meta"]["failed_cells"] else 0
 
 

@@ -1,4 +1,4 @@
-"""Execution metrics: PA, PA-std, WR, GLR, AFI with bootstrap confidence intervals, and
+"""Execution metrics: PA, PA-std, WR, GLR, AFI with confidence intervals, and
 paired differences to TWAP on the same orders."""
 
 from serl_jax.metrics.execution import (

@@ -1,4 +1,4 @@
-"""Order-execution metrics: PA, PA-std, WR, GLR, AFI with bootstrap confidence intervals.
+"""Order-execution metrics: PA, PA-std, WR, GLR, AFI with confidence intervals.
 
 Plain NumPy (no JAX): metrics are computed once per evaluation on the host, from the
 per-order totals that the environment's ``info`` carries (shares and cash executed per
@@ -43,7 +43,10 @@ days); the percentile bootstrap over orders applies when each day holds one orde
 days are given. Bootstrap resamples come from a seeded ``numpy.random.Generator`` (the
 same inputs and seed give identical intervals). For GLR, resamples where GLR is
 undefined (``nan``) are left out of the interval; ``inf`` resamples are kept (the upper
-bound may be ``inf``). Every paired difference also reports its minimum detectable effect
+bound may be ``inf``). WR, a proportion, has the Wilson score interval instead, with the
+days' effective sample size when days hold several orders
+(:func:`serl_jax.metrics.inference.proportion_interval`), so it stays in ``[0, 1]``.
+Every paired difference also reports its minimum detectable effect
 (80% power, two-sided at ``1 - confidence``).
 """
 
@@ -56,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from serl_jax.cli import Column, render_table
 from serl_jax.metrics.inference import (
     CLUSTER_T,
     Clustering,
@@ -63,6 +67,7 @@ from serl_jax.metrics.inference import (
     cluster_robust_mean,
     describe_interval,
     minimum_detectable_effect,
+    proportion_interval,
     t_interval,
 )
 
@@ -84,8 +89,11 @@ __all__ = [
 _BPS = 1e4
 _FILL_TOL = 1e-6  # executed may exceed Q by this relative amount (float accumulation).
 _METRIC_NAMES = ("PA", "PA_std", "WR", "GLR", "AFI")
-# The metrics that are means of a per-order value (cluster-robust t intervals exist).
-_MEAN_METRICS = ("PA", "WR", "AFI")
+# The means of a per-order value with cluster-robust t intervals (WR, a proportion, has
+# the Wilson interval of inference.proportion_interval whatever the method).
+_MEAN_METRICS = ("PA", "AFI")
+# The metrics whose interval is the percentile bootstrap's when the method is one.
+_BOOTSTRAP_METRICS = ("PA", "PA_std", "GLR", "AFI")
 
 
 # --------------------------------------------------------------------------------------
@@ -477,7 +485,8 @@ def paired_difference(
 
 @dataclasses.dataclass(frozen=True)
 class ExecutionMetrics:
-    """Execution metrics over a set of orders, each with a bootstrap confidence interval.
+    """Execution metrics over a set of orders, each with a confidence interval
+    (:func:`compute_metrics` says which).
 
     Attributes:
         PA: mean price advantage (bps).
@@ -599,14 +608,17 @@ def compute_metrics(
     resamples of orders (no ``days``, or one order per day) or of whole days (20 days or
     more), drawn from ``numpy.random.default_rng(seed)`` (identical inputs and seed give
     identical results; vectorized in chunks of bounded memory); with 2 to 19 days, the
-    cluster-robust t interval with ``G − 1`` degrees of freedom for PA, WR and AFI and
-    none for PA-std and GLR; with one day, none.
+    cluster-robust t interval with ``G − 1`` degrees of freedom for PA and AFI and
+    none for PA-std and GLR; with one day, none. WR's interval is the Wilson score
+    interval whatever the method (:func:`serl_jax.metrics.inference.proportion_interval`:
+    the orders' ``n``, or the days' effective sample size and ``t_{G-1}``; none on one
+    day); it needs no bootstrap.
 
     Args:
         outcomes: per-order totals (at least one order).
         confidence: confidence level in ``(0, 1)``.
         n_bootstrap: number of bootstrap resamples, ``>= 0``; 0 skips the bootstrap
-            intervals (``nan``).
+            intervals (``nan``; WR's Wilson interval remains).
         seed: seed for the bootstrap generator.
         twap: the TWAP baseline's outcomes on the same orders; gives ``vs_TWAP`` (and
             ``shortfall_vs_TWAP`` when both have ``replayed_notional``).
@@ -638,18 +650,20 @@ def compute_metrics(
     point = _statistics(pa, unfilled, np.ones(n))
     intervals = {name: (math.nan, math.nan) for name in _METRIC_NAMES}
     if clustering.method == CLUSTER_T:
-        per_order = {"PA": pa, "WR": (pa > 0).astype(np.float64), "AFI": unfilled}
+        per_order = {"PA": pa, "AFI": unfilled}
         for name in _MEAN_METRICS:
             mean, se = cluster_robust_mean(per_order[name], clustering)
             intervals[name] = t_interval(mean, se, clustering.n_clusters - 1, confidence)
     elif clustering.bootstrap and n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        parts: dict[str, list[np.ndarray]] = {name: [] for name in _METRIC_NAMES}
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in _BOOTSTRAP_METRICS}
         for weights in bootstrap_chunks(clustering, rng, n_bootstrap):
-            for name, values in _statistics(pa, unfilled, weights).items():
-                parts[name].append(values)
+            values = _statistics(pa, unfilled, weights)
+            for name in _BOOTSTRAP_METRICS:
+                parts[name].append(values[name])
         for name, values in parts.items():
             intervals[name] = _percentile_interval(np.concatenate(values), confidence)
+    intervals["WR"] = proportion_interval(pa > 0, clustering, confidence)
     estimates = {name: Estimate(float(point[name]), *intervals[name]) for name in _METRIC_NAMES}
     paired = {}
     if twap is not None:
@@ -680,13 +694,18 @@ def compute_metrics(
 # Reporting
 # --------------------------------------------------------------------------------------
 
-# (column title, metric attribute, number format)
+# (column title, metric attribute, number format, interval shown in the compact table)
 _COLUMNS = (
-    ("PA (bps)", "PA", "{:.2f}"),
-    ("PA-std (bps)", "PA_std", "{:.2f}"),
-    ("WR", "WR", "{:.3f}"),
-    ("GLR", "GLR", "{:.2f}"),
-    ("AFI", "AFI", "{:.4f}"),
+    ("PA (bps)", "PA", "{:.2f}", True),
+    ("PA-std (bps)", "PA_std", "{:.2f}", False),
+    ("WR", "WR", "{:.3f}", True),
+    ("GLR", "GLR", "{:.2f}", False),
+    ("AFI", "AFI", "{:.4f}", False),
+)
+_PAIRED_NOTE = (
+    "PA-TWAP: mean of PA_i - PA_i(TWAP) on the same orders; MDE: its minimum detectable "
+    "effect (80% power, two-sided); won: share of orders with PA_i > PA_i(TWAP); "
+    "shortfall-TWAP: the same for the spread-and-impact part of PA"
 )
 
 
@@ -698,42 +717,55 @@ def _fmt(fmt: str, x: float) -> str:
     return fmt.format(x)
 
 
-def _paired_cell(diff: PairedDifference | None) -> str:
+def _interval_cell(fmt: str, value: float, low: float, high: float) -> tuple[str, str, str]:
+    return _fmt(fmt, value), _fmt(fmt, low), _fmt(fmt, high)
+
+
+def _paired_cell(diff: PairedDifference | None) -> str | tuple[str, str, str]:
     if diff is None:
         return "-"
-    return (
-        f"{_fmt('{:+.2f}', diff.value)} [{_fmt('{:+.2f}', diff.low)}, {_fmt('{:+.2f}', diff.high)}]"
-    )
+    return _interval_cell("{:+.2f}", diff.value, diff.low, diff.high)
 
 
-def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
-    """Formats metrics as a plain-text table, one row per ``(market, policy)``.
+def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics], wide: bool = False) -> str:
+    """Formats metrics as a text table, one row per ``(market, policy)``
+    (:func:`serl_jax.cli.render_table`).
 
     Columns: market, policy, PA (bps), PA-std (bps), WR, GLR, AFI, each as
     ``"value [low, high]"`` (``n/a`` for undefined values), n (orders), then the paired
     comparison with TWAP on the same orders: PA − TWAP (bps), its minimum detectable
     effect (MDE, bps), the share of orders won and the shortfall's difference (``-``
-    where not computed, e.g. for TWAP itself). Rows keep the mapping's order. Footer lines
-    name the interval method and the number of days ``G`` (per market where they differ)
-    and say what the paired columns are.
+    where not computed, e.g. for TWAP itself). Footer lines name the interval method and
+    the number of days ``G`` (per market where they differ) and say what the paired
+    columns are.
+
+    The default (compact) table fits 120 characters a line: rows grouped under their
+    market, columns that are undefined or the same on every row left out and named in a
+    note, and only PA's, WR's and the paired differences' intervals, each under its value.
+    ``wide`` gives every column, one line per row in the mapping's order, as the run
+    folders' ``results.txt`` keeps it.
 
     Args:
         rows: ``{(market, policy): ExecutionMetrics}``.
+        wide: every column (default: the compact table).
 
     Returns:
         The table as one string (no trailing newline).
+
+    Raises:
+        ValueError: a key that is no ``(market, policy)`` tuple, or a value that is no
+            ``ExecutionMetrics``.
     """
-    header = [
-        "market",
-        "policy",
-        *(title for title, _, _ in _COLUMNS),
-        "n",
-        "PA-TWAP (bps)",
-        "MDE",
-        "won",
-        "shortfall-TWAP (bps)",
+    columns = [
+        Column("policy", text=True),
+        *(Column(title, compact_interval=compact) for title, _, _, compact in _COLUMNS),
+        Column("n"),
+        Column("PA-TWAP (bps)", compact_interval=True),
+        Column("MDE"),
+        Column("won"),
+        Column("shortfall-TWAP (bps)", compact_interval=True),
     ]
-    body = []
+    body, markets = [], []
     intervals: dict[str, str] = {}
     for key, metrics in rows.items():
         if not (isinstance(key, tuple) and len(key) == 2):
@@ -744,39 +776,23 @@ def format_table(rows: Mapping[tuple[str, str], ExecutionMetrics]) -> str:
                 "expected ExecutionMetrics"
             )
         intervals.setdefault(str(key[0]), metrics.interval_description())
-        cells = [str(key[0]), str(key[1])]
-        for _, attr, fmt in _COLUMNS:
+        markets.append(str(key[0]))
+        cells: list[str | tuple[str, str, str]] = [str(key[1])]
+        for _, attr, fmt, _ in _COLUMNS:
             est: Estimate = getattr(metrics, attr)
-            cells.append(f"{_fmt(fmt, est.value)} [{_fmt(fmt, est.low)}, {_fmt(fmt, est.high)}]")
+            cells.append(_interval_cell(fmt, est.value, est.low, est.high))
         cells.append(str(metrics.n_orders))
-        cells.append(_paired_cell(metrics.vs_TWAP))
-        mde = metrics.vs_TWAP.mde if metrics.vs_TWAP is not None else math.nan
-        cells.append("-" if metrics.vs_TWAP is None else _fmt("{:.2f}", mde))
-        won = metrics.vs_TWAP.win_rate if metrics.vs_TWAP is not None else math.nan
-        cells.append("-" if math.isnan(won) else f"{won:.2f}")
+        vs = metrics.vs_TWAP
+        cells.append(_paired_cell(vs))
+        cells.append("-" if vs is None else _fmt("{:.2f}", vs.mde))
+        cells.append("-" if vs is None or math.isnan(vs.win_rate) else f"{vs.win_rate:.2f}")
         cells.append(_paired_cell(metrics.shortfall_vs_TWAP))
         body.append(cells)
 
-    widths = [max(len(r[j]) for r in [header, *body]) for j in range(len(header))]
-
-    def _line(cells: list[str]) -> str:
-        # Text columns left-aligned, numbers right-aligned.
-        parts = [
-            c.ljust(w) if j < 2 else c.rjust(w)
-            for j, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(parts).rstrip()
-
-    lines = [_line(header), "  ".join("-" * w for w in widths)]
-    lines += [_line(cells) for cells in body]
     if len(set(intervals.values())) == 1:
-        lines.append(f"[low, high]: {next(iter(intervals.values()))}")
+        notes = [f"[low, high]: {next(iter(intervals.values()))}"]
     else:
-        lines += [f"[low, high] of {market}: {text}" for market, text in intervals.items()]
+        notes = [f"[low, high] of {market}: {text}" for market, text in intervals.items()]
     if any(m.vs_TWAP is not None for m in rows.values()):
-        lines.append(
-            "PA-TWAP: mean of PA_i - PA_i(TWAP) on the same orders; MDE: its minimum "
-            "detectable effect (80% power, two-sided); won: share of orders with "
-            "PA_i > PA_i(TWAP); shortfall-TWAP: the same for the spread-and-impact part of PA"
-        )
-    return "\n".join(lines)
+        notes.append(_PAIRED_NOTE)
+    return render_table(columns, body, groups=markets, wide=wide, notes=notes)

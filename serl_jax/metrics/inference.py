@@ -18,6 +18,12 @@ therefore clustered by day, with the method chosen by the number of days ``G``:
   get no interval there;
 * ``G = 1``: no interval.
 
+WR, a proportion, gets a Wilson score interval instead (:func:`proportion_interval`),
+which stays inside ``[0, 1]`` where the t interval of a mean does not (``0.075 [-0.011,
+0.161]``): with the orders' own ``n`` when they are independent, and with the effective
+sample size of the day clusters (Kish's design effect from the CR1 variance) and
+``t_{G-1}`` when days hold several orders.
+
 The minimum detectable effect of a paired mean (80% power, two-sided test at level
 ``1 - confidence``) is ``(q_{1-α/2} + q_{power}) · SE`` (Bloom 1995, "Minimum Detectable
 Effects", Evaluation Review 19(5)), with normal quantiles and the bootstrap standard
@@ -51,7 +57,9 @@ __all__ = [
     "cluster_robust_mean",
     "describe_interval",
     "minimum_detectable_effect",
+    "proportion_interval",
     "t_interval",
+    "wilson_interval",
 ]
 
 ORDER_BOOTSTRAP = "order bootstrap"
@@ -139,18 +147,22 @@ def describe_interval(method: str, n_days: int, n_orders: int, confidence: float
         confidence: the confidence level.
     """
     pct = f"{100 * confidence:g}%"
+    clustered_wr = "; WR: Wilson score interval with the days' effective n and t(G-1)"
     if method == ORDER_BOOTSTRAP:
         what = "one order per day" if n_days == n_orders else "no day labels"
-        return f"{pct} percentile bootstrap over orders (G = {n_days}, {what})"
+        return (
+            f"{pct} percentile bootstrap over orders (G = {n_days}, {what}); "
+            "WR: Wilson score interval"
+        )
     if method == DAY_BOOTSTRAP:
         return (
             f"{pct} day-clustered bootstrap (G = {n_days} days; each resample draws whole "
-            "days with all their orders)"
+            f"days with all their orders){clustered_wr}"
         )
     if method == CLUSTER_T:
         return (
             f"{pct} cluster-robust t interval by day (G = {n_days} days, {n_days - 1} df; "
-            "Cameron & Miller 2015); none for PA-std and GLR"
+            f"Cameron & Miller 2015); none for PA-std and GLR{clustered_wr}"
         )
     return f"no interval: all {n_orders} orders are on one day (G = 1)"
 
@@ -214,6 +226,114 @@ def t_interval(mean: float, se: float, df: int, confidence: float) -> tuple[floa
     """The two-sided t interval ``mean ± t_{df, (1+c)/2} · se`` at confidence ``c``."""
     half = float(scipy_stats.t.ppf((1.0 + confidence) / 2.0, df)) * se
     return mean - half, mean + half
+
+
+def wilson_interval(
+    p: float, n: float, confidence: float = 0.95, df: int | None = None
+) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``p`` observed on ``n`` trials.
+
+    The interval inverts the score test: it is the set of ``π`` with
+    ``(p - π)² <= q² π (1 - π) / n``, so with ``q`` the ``(1 + c)/2`` quantile its
+    centre and half-width are (Wilson 1927, "Probable inference, the law of succession,
+    and statistical inference", J. Am. Stat. Assoc. 22(158))::
+
+        centre = (p + q²/(2n)) / (1 + q²/n)
+        half   = q / (1 + q²/n) · sqrt(p (1 - p)/n + q²/(4n²))
+
+    It always lies in ``[0, 1]`` (at ``p = 0`` the lower end is 0, at ``p = 1`` the upper
+    end is 1) and keeps close to its nominal coverage for small ``n`` and ``p`` near 0 or
+    1, where the Wald interval ``p ± q·sqrt(p(1-p)/n)`` leaves ``[0, 1]`` and undercovers
+    (Agresti & Coull 1998, "Approximate is better than 'exact' for interval estimation
+    of binomial proportions", The American Statistician 52(2), compare the two).
+
+    Args:
+        p: the observed proportion, in ``[0, 1]``.
+        n: the number of trials, ``> 0``; need not be an integer (an effective sample
+            size, :func:`proportion_interval`).
+        confidence: ``c``, in (0, 1).
+        df: None for the standard normal quantile ``z``, or Student t degrees of freedom
+            (``>= 1``) for ``q = t_{df}``.
+
+    Returns:
+        ``(low, high)``, floats in ``[0, 1]``.
+
+    Raises:
+        ValueError: ``p`` outside ``[0, 1]``, ``n <= 0``, ``confidence`` outside (0, 1)
+            or ``df < 1``.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"wilson_interval: the proportion p must be in [0, 1], got {p}")
+    if not n > 0:
+        raise ValueError(f"wilson_interval: the number of trials n must be > 0, got {n}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"wilson_interval: confidence must be in (0, 1), got {confidence}")
+    if df is not None and df < 1:
+        raise ValueError(f"wilson_interval: df must be >= 1, got {df}")
+    level = (1.0 + confidence) / 2.0
+    q = float(scipy_stats.norm.ppf(level) if df is None else scipy_stats.t.ppf(level, df))
+    shrink = 1.0 + q * q / n
+    centre = (p + q * q / (2.0 * n)) / shrink
+    half = q / shrink * math.sqrt(p * (1.0 - p) / n + q * q / (4.0 * n * n))
+    # the ends are exactly 0 at p = 0 and 1 at p = 1; rounding would leave 1e-19 or 1 - 1e-16
+    low = 0.0 if p == 0.0 else max(0.0, centre - half)
+    high = 1.0 if p == 1.0 else min(1.0, centre + half)
+    return low, high
+
+
+def proportion_interval(
+    successes: np.ndarray, clustering: Clustering, confidence: float = 0.95
+) -> tuple[float, float]:
+    """The interval of a share of orders (WR: the share with ``PA_i > 0``), clustered by
+    day the way the means' intervals are.
+
+    * Independent orders (:data:`ORDER_BOOTSTRAP`: no day labels, or one order a day):
+      the Wilson score interval (:func:`wilson_interval`) with ``n`` orders and ``z``.
+    * Days with several orders (:data:`DAY_BOOTSTRAP`, :data:`CLUSTER_T`): orders of a
+      day win or lose together, so ``n`` overstates the evidence. The Wilson interval is
+      taken with the effective sample size ``n_eff = n / deff``, Kish's design effect
+      ``deff = SE_CR² / (p (1 - p) / n)`` (Kish 1965, "Survey Sampling", section 8.2),
+      with ``SE_CR`` the CR1 standard error of the share (:func:`cluster_robust_mean`),
+      and the ``t_{G-1}`` quantile in place of ``z``: for the Wilson interval this equals
+      Korn & Graubard's degrees-of-freedom-adjusted effective size
+      ``n_eff · (z / t_{G-1})²`` with ``z`` (Korn & Graubard 1998, "Confidence intervals
+      for proportions with small expected number of positive counts estimated from
+      survey data", Survey Methodology 24(2)). ``deff`` is taken as at least 1
+      (``n_eff <= n``: a negative within-day correlation estimated from a few days is
+      more likely noise than design), and as 1 when ``p`` is 0 or 1 or ``SE_CR`` is 0
+      (every day has the same share, so the clustered variance says nothing).
+    * One day (:data:`NO_INTERVAL`): none, ``(nan, nan)``.
+
+    Why not the means' intervals: the cluster-robust t interval can leave ``[0, 1]``, and
+    it and the bootstrap collapse to a point when every order lost (``p = 0``), where the
+    Wilson interval still gives ``[0, high]`` with ``high > 0``.
+
+    Args:
+        successes: ``[n]`` bool or 0/1 values, one per order.
+        clustering: the orders' days (:meth:`Clustering.from_days`).
+        confidence: the confidence level, in (0, 1).
+
+    Returns:
+        ``(low, high)`` in ``[0, 1]``, or ``(nan, nan)`` for one day.
+
+    Raises:
+        ValueError: ``successes`` not ``[n]`` 0/1 values for the clustering's ``n``.
+    """
+    x = np.asarray(successes, dtype=np.float64)
+    if x.shape != (clustering.n_orders,) or not np.isin(x, (0.0, 1.0)).all():
+        raise ValueError(
+            f"proportion_interval: expected {clustering.n_orders} values of 0 or 1, got "
+            f"shape {x.shape}"
+        )
+    if clustering.method == NO_INTERVAL:
+        return math.nan, math.nan
+    n = x.size
+    p = float(x.mean())
+    if clustering.method == ORDER_BOOTSTRAP:
+        return wilson_interval(p, n, confidence)
+    _, se = cluster_robust_mean(x, clustering)
+    n_eff = n if p in (0.0, 1.0) or se == 0.0 else min(n, p * (1.0 - p) / se**2)
+    return wilson_interval(p, n_eff, confidence, df=clustering.n_clusters - 1)
 
 
 def minimum_detectable_effect(

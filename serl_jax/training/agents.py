@@ -84,10 +84,13 @@ def run_agents_market(
     return agents_entry(cfg, trained, evaluated, splits.test.n_episodes), rows
 
 
-def train_agents_markets(cfg: Config, config_name: str, quiet: bool, verbose: bool = False) -> int:
+def train_agents_markets(
+    cfg: Config, config_name: str, quiet: bool, verbose: bool = False, wide: bool = False
+) -> int:
     """N agents (IPPO or MAPPO) on every market of ``cfg.data.markets`` (``--llm none
     --agents N``), in the dynamic or hybrid market (``market.mode``); the run folder as
-    :func:`serl_jax.training.ppo.train_ppo`'s."""
+    :func:`serl_jax.training.ppo.train_ppo`'s (``wide``: print every column of the
+    results table)."""
     try:
         _, profile_fn = validated_program(cfg.marl.profile, "profiling", "marl.profile")
         _, communication = validated_program(
@@ -110,4 +113,4 @@ def train_agents_markets(cfg: Config, config_name: str, quiet: bool, verbose: bo
         )
 
     name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}-agents"
-    return write_run(cfg, name, markets, run_one, quiet, verbose)
+    return write_run(cfg, name, markets, run_one, quiet, verbose, wide)

@@ -27,17 +27,20 @@ def write_run(
     run_one: Callable,
     quiet: bool,
     verbose: bool = False,
+    wide: bool = False,
 ) -> int:
     """Runs every market into a run folder ``<run.out>/<name>`` assembled under
     ``.<name>.incomplete`` and renamed when whole: ``config.yaml``, ``metrics.json``
-    (``{"run", "markets": {<market>: entry}}``) and ``results.txt`` (the table, also
-    printed).
+    (``{"run", "markets": {<market>: entry}}``) and ``results.txt`` (the table with
+    every column; printed as the compact table unless ``wide``,
+    :func:`serl_jax.metrics.format_table`).
 
     Args:
         run_one: ``run_one(market_params, splits, out_dir) -> (entry, rows)``: the
             market's ``metrics.json`` entry and its table rows ``{(row, policy):
             ExecutionMetrics}``; it writes its artifacts into ``out_dir``.
         verbose: the load report per symbol (default: one summary line).
+        wide: print every column of the table.
 
     Returns:
         0 (the exit code).
@@ -54,11 +57,10 @@ def write_run(
         entry, rows = run_one(market_params, splits, staging / splits.name)
         report["markets"][splits.name] = entry
         table_rows.update(rows)
-    table = format_table(table_rows)
     (staging / "metrics.json").write_text(json.dumps(report, indent=2, allow_nan=False))
-    (staging / "results.txt").write_text(table + "\n")
+    (staging / "results.txt").write_text(format_table(table_rows, wide=True) + "\n")
     final = out_root / name
     staging.rename(final)
-    print(table)
+    print(format_table(table_rows, wide=wide))
     print(f"run folder: {final}")
     return 0

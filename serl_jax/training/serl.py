@@ -125,6 +125,7 @@ def run_serl(
     quiet: bool,
     root: Path | None = None,
     verbose: bool = False,
+    wide: bool = False,
 ) -> int:
     """The SE-RL loop (new run or ``--resume``); returns the exit code.
 
@@ -135,6 +136,7 @@ def run_serl(
         quiet: no progress output.
         root: the new run folder itself (instead of a timestamped one under ``run.out``).
         verbose: the load report per symbol (default: one summary line).
+        wide: print every column of the test days' table (``results.txt`` has them all).
     """
     log = None if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
@@ -185,8 +187,7 @@ def run_serl(
         print(f"the run can be resumed: python -m serl_jax.train --resume {store.root}",
               file=sys.stderr)  # fmt: skip
         return 3
-    table = write_report(cfg, store, outcome, splits)
-    print(table)
+    print(write_report(cfg, store, outcome, splits, wide=wide))
     label = LOOP_SCORES[cfg.loop.score]
     print(f"best candidate: {outcome.best.id} (validation {label} {outcome.best.score:.2f} bps)")
     print(f"run folder: {store.root}")
