@@ -32,10 +32,17 @@ seed's mean objective within 2% of the optimum's; in ``ow`` it captures at least
 the optimum's saving over TWAP, ``captured = (twap - ppo) / (twap - optimal)``. The seed
 is selected on validation days by the objective; every seed's test figures are printed.
 
+With ``--serl RUN_DIR`` the ``ac`` configuration also certifies SE-RL's best: the loop
+(``--llm``, the offline designer by default; ``loop.modules`` network by default, so the
+reward stays the task's objective) trains its candidates in the same market
+(``loop.env=dynamic``) with :data:`LEARNER`'s settings, ranks them by the objective on
+the validation days (``loop.score=mean_variance``), and its best is rolled out on the
+test days beside PPO: ``serl``, ``serl_gap`` and ``serl_minus_optimal`` in the row.
+
 Usage (from the repository root)::
 
     python benchmarks/bench_optimum.py [--json] [--data PATH] [--configs ac,ow]
-        [--seeds 3] [--plot FILE.png] [section.key=value ...]
+        [--seeds 3] [--plot FILE.png] [--serl RUN_DIR [--llm SPEC]] [section.key=value ...]
 
 ``--json`` prints one object per configuration with ``config``, ``optimal``, ``twap``,
 ``ppo`` (mean objective on the test days, bps), ``captured``, ``gap`` (``ppo / optimal -
@@ -49,6 +56,7 @@ import dataclasses
 import json
 import math
 import time
+from pathlib import Path
 
 import jax
 import matplotlib
@@ -58,6 +66,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend
 from bench_env import machine_description  # noqa: E402
 
+from llm.validate import load_validated  # noqa: E402
 from serl_jax.baselines import twap_policy  # noqa: E402
 from serl_jax.baselines.optimal import (  # noqa: E402
     almgren_chriss_kappa_for,
@@ -68,14 +77,17 @@ from serl_jax.baselines.optimal import (  # noqa: E402
     schedule_objective,
     schedule_policy,
 )
-from serl_jax.config import load_config  # noqa: E402
+from serl_jax.cli import parse_command_line  # noqa: E402
+from serl_jax.config import load_config, saved_network_config  # noqa: E402
 from serl_jax.envs.execution import mean_variance_reward  # noqa: E402
 from serl_jax.envs.market_data import MarketData  # noqa: E402
 from serl_jax.envs.propagator import PropagatorEnvParams, PropagatorExecutionEnv  # noqa: E402
 from serl_jax.evaluation import rollout  # noqa: E402
 from serl_jax.experiment import load_splits, train_policy  # noqa: E402
 from serl_jax.metrics import paired_difference  # noqa: E402
+from serl_jax.rl.checkpoint import load_policy  # noqa: E402
 from serl_jax.rl.policy import make_ppo_policy  # noqa: E402
+from serl_jax.training.serl import run_serl  # noqa: E402
 
 CONFIGS = {
     "ac": [
@@ -195,11 +207,54 @@ def certify(name: str, args, splits) -> dict:
         "seeds": [{k: v for k, v in s.items() if k not in ("values", "path")} for s in seeds],
         "kappa_t" if name == "ac" else "rho_t": args.kappa_t if name == "ac" else args.rho_t,
     }
+    if name == "ac" and args.serl:
+        values = serl_best(cfg, args, splits, env, test)
+        diff = paired_difference(values, optimal, days=days)
+        row["serl"] = float(values.mean())
+        row["serl_gap"] = row["serl"] / opt - 1.0
+        row["serl_captured"] = (tw - row["serl"]) / (tw - opt)
+        row["serl_minus_optimal"] = {"value": diff.value, "ci_low": diff.low, "ci_high": diff.high}
     if name == "ow":  # Obizhaeva & Wang's minute-slot form against the exact optimum
         ow = remaining_targets(obizhaeva_wang_schedule(test.data.num_slots, cfg.impact.resilience))
         row["ow_schedule"] = float(objectives(env, schedule_policy, ow[None], test)[0].mean())
     row["_paths"] = (optimal_path.mean(0), twap_path.mean(0), best["path"])
     return row
+
+
+def serl_best(cfg, args, splits, env, test) -> np.ndarray:
+    """Runs the SE-RL loop in ``cfg``'s market (its candidates ranked by the objective on
+    the validation days) into ``args.serl`` and returns its best candidate's objective
+    (bps) on each test order."""
+    loop_cfg = load_config(
+        args.config,
+        [
+            *cfg_overrides(cfg), f"loop.llm={args.llm}", "loop.env=dynamic",
+            "loop.score=mean_variance", f"loop.market={args.data}",
+            *(["loop.modules=[network]"] if not any(
+                o.startswith("loop.modules=") for o in args.overrides) else []),
+            *args.overrides,
+        ],
+    )  # fmt: skip
+    code = run_serl(loop_cfg, "optimum-serl", None, quiet=args.json, root=Path(args.serl))
+    if code:
+        raise SystemExit(f"bench_optimum: the SE-RL loop exited with {code}")
+    best = json.loads((Path(args.serl) / "report.json").read_text())["best"]["id"]
+    network, params, meta = load_policy(
+        Path(args.serl) / "candidates" / best / "checkpoint", define=load_validated
+    )
+    prior = saved_network_config(meta["config"]).prior()
+    policy = make_ppo_policy(network, loop_cfg.ppo.normalize_obs, action_prior=prior)
+    return objectives(env, policy, params, test)[0]
+
+
+def cfg_overrides(cfg) -> list[str]:
+    """``cfg``'s env, ppo, network, market and impact sections as overrides (the task and
+    learner the loop's candidates get; the urgency or resilience set for this dataset)."""
+    out = []
+    for section in ("env", "ppo", "network", "market", "impact", "run", "data"):
+        for key, value in cfg.to_dict()[section].items():
+            out.append(f"{section}.{key}={json.dumps(value)}")
+    return out
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -231,8 +286,10 @@ def main() -> None:
     parser.add_argument("--rho-t", type=float, default=3.0, help="OW's rho T")
     parser.add_argument("--plot", help="write the schedules' plot here (PNG)")
     parser.add_argument("--json", action="store_true", help="JSON lines")
+    parser.add_argument("--serl", help="also certify SE-RL's best in ac: its run folder (new)")
+    parser.add_argument("--llm", default="offline", help="the SE-RL designer (with --serl)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = parser.parse_args()
+    args = parse_command_line(parser, None)  # overrides may stand among the flags
     splits = load_splits(load_config(args.config, args.overrides), args.data)
     if not args.json:
         print(machine_description())
@@ -254,7 +311,15 @@ def main() -> None:
             f"PPO - optimal {diff['value']:+.3f} [{diff['ci_low']:+.3f}, "
             f"{diff['ci_high']:+.3f}]; captured {row['captured']:.1%} of TWAP's excess; "
             f"seeds (validation, test): "
-            + ", ".join(f"{s['validation']:.3f}/{s['ppo']:.3f}" for s in row["seeds"]),
+            + ", ".join(f"{s['validation']:.3f}/{s['ppo']:.3f}" for s in row["seeds"])
+            + (
+                f"; SE-RL's best {row['serl']:.3f} ({row['serl_gap']:+.2%}), minus optimal "
+                f"{row['serl_minus_optimal']['value']:+.3f} "
+                f"[{row['serl_minus_optimal']['ci_low']:+.3f}, "
+                f"{row['serl_minus_optimal']['ci_high']:+.3f}]"
+                if "serl" in row
+                else ""
+            ),
             flush=True,
         )
     if args.plot:

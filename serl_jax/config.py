@@ -238,7 +238,7 @@ LOOP_MODULES = ("reward", "network", "imagination", "profiling", "communication"
 MULTI_AGENT_MODULES = ("profiling", "communication")
 #: What can rank SE-RL candidates (``loop.score``): the validation metric's key -> the
 #: label prompts and reports give it.
-LOOP_SCORES = {"shortfall": "shortfall", "pa": "PA"}
+LOOP_SCORES = {"shortfall": "shortfall", "pa": "PA", "mean_variance": "mean-variance"}
 #: The designer's prompt layouts (``loop.prompt_style``).
 PROMPT_STYLES = ("full", "compact")
 #: Where SE-RL candidates train (``loop.executor``).
@@ -288,7 +288,19 @@ class LoopConfig:
             price path (TWAP's PA has a standard deviation of about 20 bps per order on
             the cn sample), which no design controls and which swamps the 0.1-1.5 bps
             by which designs differ on a few dozen validation orders
-            (docs/results/learning.md); the report gives both.
+            (docs/results/learning.md); the report gives both. ``mean_variance``:
+            Almgren & Chriss's mean-variance objective, negated (impact cost plus
+            ``env.urgency``'s risk term,
+            :func:`~serl_jax.envs.execution.mean_variance_reward`), the task whose optimum
+            is known in the propagator market's Almgren–Chriss configuration
+            (:mod:`serl_jax.baselines.optimal`); plain PPO then trains on that reward, and
+            so does the loop's reference candidate (one agent only).
+        env: where one agent's candidates train and are scored: ``static`` (replayed
+            bars, the default), ``dynamic`` (the dynamic market of ``market.simulator``,
+            so a score pays for the candidate's own impact) or ``hybrid`` (trained in both
+            at once, ``market.hybrid_config()``, scored in the dynamic market); the test
+            days of the report run in the same market (:mod:`serl_jax.loop.evaluation`).
+            Several agents train in ``market.mode``.
         ema_decay: decay of the score's moving average (seeds: 0.9).
         epsilon_bps: stop when the score's moving average moves less than this (seeds:
             0.1 bps).
@@ -386,6 +398,8 @@ class LoopConfig:
             )
         if self.score not in LOOP_SCORES:
             raise ValueError(f"loop.score: expected one of {list(LOOP_SCORES)}, got {self.score!r}")
+        if self.env not in MARKET_MODES:
+            raise ValueError(f"loop.env: expected one of {list(MARKET_MODES)}, got {self.env!r}")
         if self.hf_dtype not in HF_DTYPES:
             raise ValueError(
                 f"loop.hf_dtype: expected one of {list(HF_DTYPES)}, got {self.hf_dtype!r}"
@@ -410,6 +424,7 @@ class LoopConfig:
     ema_decay: float = 0.9
     epsilon_bps: float = 0.1
     score: str = "shortfall"
+    env: str = "static"
     failure_score: float = -100.0
     failure_stage_step: float = 10.0
     prompt_style: str = "full"
@@ -861,16 +876,21 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
     cfg = Config(
         **{name: _section(name, cls, raw.get(name) or {}) for name, cls in _SECTIONS.items()}
     )
-    if cfg.market.mode != "static" and cfg.market.dynamic_envs % cfg.ppo.group_size:
+    dynamic = cfg.market.mode != "static" or cfg.loop.env != "static"  # a market to check
+    if dynamic and cfg.market.dynamic_envs % cfg.ppo.group_size:
         raise ConfigError(
             f"ppo.group_size={cfg.ppo.group_size} must divide "
             f"market.dynamic_envs={cfg.market.dynamic_envs} (sibling lanes in both markets)"
         )
-    if cfg.market.mode != "static" and cfg.market.simulator == "propagator":
+    if dynamic and cfg.market.simulator == "propagator":
         try:
             cfg.impact.check_round_trips()
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    if cfg.loop.score == "mean_variance" and cfg.marl.agents > 1:
+        raise ConfigError(
+            "loop.score=mean_variance: the mean-variance objective scores one agent (marl.agents=1)"
+        )
     if cfg.marl.agents > 1 and cfg.market.mode == "static":
         raise ConfigError(
             f"marl.agents={cfg.marl.agents}: several agents train in the dynamic or hybrid "

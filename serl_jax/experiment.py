@@ -37,7 +37,12 @@ from serl_jax.components.reward import switch_reward
 from serl_jax.config import Config
 from serl_jax.data import MarketSplits, TrainStats, load_market, sample_path
 from serl_jax.envs.dynamic import DynamicEnvParams, DynamicExecutionEnv
-from serl_jax.envs.execution import EnvParams, ExecutionEnv, default_reward
+from serl_jax.envs.execution import (
+    EnvParams,
+    ExecutionEnv,
+    default_reward,
+    mean_variance_reward,
+)
 from serl_jax.envs.imagined_market import FeatureStats
 from serl_jax.envs.propagator import PropagatorEnvParams, PropagatorExecutionEnv
 from serl_jax.evaluation import Rollout, SwitchedPolicy, rollout
@@ -169,6 +174,23 @@ def make_imagination(cfg: Config, imagine_fn: Callable | None, stats: TrainStats
         bounds=cfg.imagine.bounds(),
         tick_size=cfg.imagine.tick_size,
     )
+
+
+def score_reward(cfg: Config) -> Callable:
+    """The reward of the objective ``cfg.loop.score`` ranks by: Almgren & Chriss's
+    mean-variance objective (:func:`~serl_jax.envs.execution.mean_variance_reward`, risk
+    aversion ``env.urgency``) for ``mean_variance``, else the default reward (fill PA with
+    its penalties, :func:`~serl_jax.envs.execution.default_reward`). Plain PPO trains on it,
+    and validation rollouts carry it, so that their reward sums are the objective."""
+    return mean_variance_reward if cfg.loop.score == "mean_variance" else default_reward
+
+
+def mean_variance_per_order(rollout: Rollout, reward_scale: float) -> np.ndarray:
+    """``[N]`` each order's mean-variance objective, negated (bps; higher is better, as
+    shortfall): the rollout's rewards summed over the window over ``reward_scale``. The
+    rollout's environment must carry :func:`~serl_jax.envs.execution.mean_variance_reward`
+    (:func:`score_reward` with ``loop.score = mean_variance``)."""
+    return np.asarray(rollout.reward, np.float64).sum(axis=-1) / float(reward_scale)
 
 
 def make_env(params: EnvParams, reward_fn: Callable = default_reward) -> ExecutionEnv:
@@ -320,7 +342,7 @@ def train_policy(
             cfg, env, network, val_params, lambda _: action_prior, np.zeros(cfg.run.num_seeds)
         )
     best, validation_pa, validation_shortfall = _select_seed(
-        cfg, validation_rollouts(run.params), float(val_params.side)
+        cfg, validation_rollouts(run.params), val_params
     )
     return TrainedPolicy(
         network=network,
@@ -398,10 +420,13 @@ def train_candidates(
     on_chunk: Callable[[int, PPOPolicyParams], None] | None = None,
     validation_rollouts: Callable[[PPOPolicyParams], Rollout] | None = None,
     imagination: Imagination | None = None,
+    dynamic: EnvParams | None = None,
+    hybrid: HybridConfig | None = None,
 ) -> list[TrainedPolicy | ValueError]:
     """Trains K candidates that share one network slot in one compiled program, each as
-    :func:`train_policy` would (static market); candidate ``k`` has its own reward and
-    action prior.
+    :func:`train_policy` would (in the market of ``train_params``: static, order book or
+    propagator, :func:`make_env`; with ``dynamic`` and ``hybrid`` in two markets at once);
+    candidate ``k`` has its own reward and action prior.
 
     The reward and the prior are data: ``K * num_seeds`` lanes are vmapped, lane
     ``k * S + s`` runs candidate ``k``'s reward and prior (``lax.switch`` on the lane's
@@ -427,10 +452,14 @@ def train_candidates(
             (candidate-major).
         validation_rollouts: maps the final parameters ``[K * num_seeds, ...]`` to their
             deterministic validation rollouts; default: a vmapped rollout with each
-            lane's prior and the default reward (a rollout's outcomes do not depend on
-            the reward).
+            lane's prior and :func:`score_reward`'s reward (a rollout's outcomes do not
+            depend on the reward; its reward sums are then the objective).
         imagination: mixed sampling of imagined training days, one program for every
             candidate (as for :func:`train_policy`).
+        dynamic: the dynamic market's training parameters, trained on together with
+            ``train_params`` by hybrid PPO (:func:`serl_jax.rl.hybrid.make_hybrid_trainer`;
+            give it with ``hybrid``).
+        hybrid: the hybrid-PPO settings (with ``dynamic``).
 
     Returns:
         K entries in ``reward_fns``' order: a :class:`TrainedPolicy` with its own selected
@@ -440,8 +469,9 @@ def train_candidates(
         the other candidates are unaffected).
 
     Raises:
-        ValueError: ``cfg.run.devices`` cannot split the ``K * num_seeds`` lanes, or
-            ``action_priors`` is not K long.
+        ValueError: ``cfg.run.devices`` cannot split the ``K * num_seeds`` lanes,
+            ``action_priors`` is not K long, or only one of ``dynamic`` and ``hybrid`` is
+            given.
         Exception: whatever a candidate's code raises when traced (the whole batch fails;
             train the candidates one at a time to tell whose fault it is).
     """
@@ -458,17 +488,27 @@ def train_candidates(
     def prior_for(index):
         return lambda obs: jax.lax.switch(index, list(action_priors), obs)
 
+    if (dynamic is None) != (hybrid is None):
+        raise ValueError("train_candidates: give dynamic and hybrid together (or neither)")
+
     def trainer_for(index):
-        env = ExecutionEnv(reward_fn=switch_reward(reward_fns, index))
+        reward_fn = switch_reward(reward_fns, index)
+        env = make_env(train_params, reward_fn)
 
         def on(data):
             params = train_params.replace(data=data)
-            return make_trainer(cfg.ppo, env, params, network, prior_for(index))
+            if hybrid is None:
+                return make_trainer(cfg.ppo, env, params, network, prior_for(index))
+            return make_hybrid_trainer(
+                cfg.ppo, hybrid, env, params, make_env(dynamic, reward_fn),
+                dynamic.replace(data=data), network, prior_for(index),
+            )  # fmt: skip
 
         if imagination is None:
             return on(train_params.data)
         return mix_imagined(on, train_params.data, imagination, cfg.ppo.num_updates)
 
+    lanes_per_seed = cfg.ppo.num_envs + (0 if hybrid is None else hybrid.dynamic_envs)
     seed_keys = jax.random.split(jax.random.PRNGKey(cfg.run.seed), n_seeds)
     keys = jnp.tile(seed_keys, (n_candidates, 1))
     lane_index = np.repeat(np.arange(n_candidates, dtype=np.int32), n_seeds)
@@ -479,8 +519,9 @@ def train_candidates(
     )  # fmt: skip
     if validation_rollouts is None:
         validation_rollouts = _default_validation_rollouts(
-            cfg, ExecutionEnv(), network, val_params, prior_for, lane_index
-        )
+            cfg, make_env(val_params, score_reward(cfg)), network, val_params, prior_for,
+            lane_index,
+        )  # fmt: skip
     rollouts = validation_rollouts(run.params)
     out = []
     for k in range(n_candidates):
@@ -488,9 +529,7 @@ def train_candidates(
         params = jax.tree.map(lambda x, lanes=lanes: x[lanes], run.params)
         mine = jax.tree.map(lambda x, lanes=lanes: x[lanes], rollouts)
         try:
-            best, validation_pa, validation_shortfall = _select_seed(
-                cfg, mine, float(val_params.side)
-            )
+            best, validation_pa, validation_shortfall = _select_seed(cfg, mine, val_params)
         except ValueError as e:  # this candidate's lanes diverged; the others stand
             out.append(e)
             continue
@@ -506,7 +545,7 @@ def train_candidates(
                 device_split=plan.split,
                 compile_seconds=run.compile_seconds / n_candidates,
                 train_seconds=run.train_seconds / n_candidates,
-                env_steps=cfg.ppo.num_updates * cfg.ppo.num_envs * cfg.ppo.num_steps * n_seeds,
+                env_steps=cfg.ppo.num_updates * lanes_per_seed * cfg.ppo.num_steps * n_seeds,
             )
         )
     return out
@@ -603,13 +642,17 @@ def _default_validation_rollouts(
     return validation_rollouts
 
 
-def _select_seed(cfg: Config, seed_rollouts: Rollout, side: float):
-    """``(best seed, validation PA [S], validation shortfall [S])`` by ``cfg.loop.score``."""
+def _select_seed(cfg: Config, seed_rollouts: Rollout, val_params: EnvParams):
+    """``(best seed, validation PA [S], validation shortfall [S])`` by ``cfg.loop.score``
+    (``mean_variance``: the rollouts' reward sums, :func:`mean_variance_per_order`)."""
     n_seeds = jax.tree.leaves(seed_rollouts)[0].shape[0]
+    side = float(val_params.side)
     seed_outcomes = [_seed_rollout(seed_rollouts, i).outcomes(side) for i in range(n_seeds)]
     validation_pa = np.array([price_advantage(o).mean() for o in seed_outcomes])
     validation_shortfall = np.array([shortfall(o).mean() for o in seed_outcomes])
-    score = validation_shortfall if cfg.loop.score == "shortfall" else validation_pa
+    score = {"pa": validation_pa, "shortfall": validation_shortfall}.get(cfg.loop.score)
+    if score is None:
+        score = mean_variance_per_order(seed_rollouts, val_params.reward_scale).mean(axis=-1)
     return int(np.argmax(score)), validation_pa, validation_shortfall
 
 

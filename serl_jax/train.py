@@ -20,7 +20,8 @@ book, :mod:`serl_jax.market`, or the propagator's impact on replayed bars,
 propagator) or ``hybrid`` (both at once, ``L = alpha L_static + beta L_dynamic``, the
 default; a static-only ``PPO-static`` is trained beside it), and compares it with TWAP, VWAP,
 Almgren–Chriss and the immediate sale on test days in both markets. (The SE-RL loop
-scores its candidates in the static market.) With ``--env static ppo.distill_coef=λ``
+scores one agent's candidates in the static market, or where ``--env`` says:
+``loop.env``.) With ``--env static ppo.distill_coef=λ``
 (λ > 0) it trains by policy distillation: a teacher first, on observations holding the
 current minute's true volume (``ppo.distill_teacher=oracle``, oracle policy
 distillation) or on the student's own (``honest``), then PPO with a supervision term
@@ -52,10 +53,15 @@ Usage::
                              [--agents N [--modules reward,network,profiling,communication]]
                              [--env static|dynamic|hybrid|propagator]
                              [--data PATH] [--out DIR] [--seed N] [--quiet] [--verbose]
-                             [section.key=value ...]
+                             [--wide] [section.key=value ...]
     python -m serl_jax.train --llm none --agents N [--marl ippo|mappo]
                              [--scenario independent|team] [--comm] [...]
-    python -m serl_jax.train --resume RUN_DIR [--quiet] [--verbose]
+    python -m serl_jax.train --resume RUN_DIR [--quiet] [--verbose] [--wide]
+
+Overrides may stand anywhere among the flags (:func:`serl_jax.cli.parse_command_line`).
+The results table printed at the end fits 120 columns (:func:`serl_jax.metrics.format_table`:
+columns the same on every row are named under it instead); ``--wide`` prints every
+column, as ``results.txt`` always has them.
 
 Exit codes: 0 done; 2 bad input (config, data, backend spec, run folder); 3 the designer
 failed mid-run (the run folder is resumable).
@@ -70,6 +76,7 @@ import sys
 from pathlib import Path
 
 from llm.designs import library
+from serl_jax.cli import add_wide_flag, parse_command_line
 from serl_jax.config import ConfigError, load_config, saved_run_config
 from serl_jax.loop import RunStore, StoreError
 from serl_jax.training.agents import train_agents_markets
@@ -107,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--env",
         choices=["static", "dynamic", "hybrid", "propagator"],
-        help="market PPO trains in with --llm none (default: market.mode, hybrid); "
+        help="market PPO trains in with --llm none (default: market.mode, hybrid), and one "
+        "agent's SE-RL candidates (loop.env, default static); "
         "propagator: the dynamic market with market.simulator=propagator",
     )
     parser.add_argument(
@@ -135,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="master seed (default: run.seed)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--verbose", action="store_true", help="the load report per symbol")
+    add_wide_flag(parser)
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
 
     flags = {
         "loop.llm": args.llm, "loop.model": args.model, "loop.iterations": args.iterations,
@@ -150,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         flags["market.mode"] = "dynamic"  # the agents' default market (--env hybrid: both)
     if args.env == "propagator":
         flags.update({"market.mode": "dynamic", "market.simulator": "propagator"})
+    if args.env is not None:  # one agent's SE-RL candidates train where --env says
+        flags["loop.env"] = flags["market.mode"]
     overrides = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     if args.data is not None:
         overrides += [
@@ -170,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         share_accelerator(cfg.loop)
-        return run_serl(cfg, "", Path(args.resume), args.quiet, verbose=args.verbose)
+        return run_serl(
+            cfg, "", Path(args.resume), args.quiet, verbose=args.verbose, wide=args.wide
+        )
     try:
         cfg = load_config(args.config, overrides)
     except ConfigError as err:
@@ -189,10 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if no_designer:
         if cfg.marl.agents > 1:
-            return train_agents_markets(cfg, config_name, args.quiet, args.verbose)
-        return train_ppo(cfg, config_name, args.quiet, args.verbose)
+            return train_agents_markets(cfg, config_name, args.quiet, args.verbose, args.wide)
+        return train_ppo(cfg, config_name, args.quiet, args.verbose, args.wide)
     share_accelerator(cfg.loop)
-    return run_serl(cfg, f"{config_name}-serl", None, args.quiet, verbose=args.verbose)
+    return run_serl(
+        cfg, f"{config_name}-serl", None, args.quiet, verbose=args.verbose, wide=args.wide
+    )
 
 
 if __name__ == "__main__":

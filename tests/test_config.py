@@ -73,8 +73,15 @@ def test_default_preset_is_the_built_in_default():
 def test_loop_score_is_checked():
     assert load_config(None).loop.score == "shortfall"
     assert load_config(None, ["loop.score=pa"]).loop.score == "pa"
-    with pytest.raises(ConfigError, match=r"loop.score: expected one of \['shortfall', 'pa'\]"):
+    with pytest.raises(
+        ConfigError, match=r"loop.score: expected one of \['shortfall', 'pa', 'mean_variance'\]"
+    ):
         load_config(None, ["loop.score=cost"])
+    with pytest.raises(ConfigError, match=r"loop.score=mean_variance: .* \(marl.agents=1\)"):
+        load_config(None, ["loop.score=mean_variance", "marl.agents=2"])
+    assert load_config(None).loop.env == "static"
+    with pytest.raises(ConfigError, match=r"loop.env: expected one of \['static', 'dynamic', "):
+        load_config(None, ["loop.env=lob"])
     assert load_config(None).loop.prompt_style == "full"
     with pytest.raises(ConfigError, match=r"prompt_style: expected one of \['full', 'compact'\]"):
         load_config(None, ["loop.prompt_style=short"])

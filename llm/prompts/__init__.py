@@ -20,7 +20,7 @@ from llm.prompts.builder import (
     parse_instruction,
     refinement_prompt,
 )
-from llm.prompts.defaults import DEFAULT_CODE
+from llm.prompts.defaults import DEFAULT_CODE, default_code
 from llm.prompts.macro import field_docs, macro_prompt
 from llm.prompts.micro import MICRO_PROMPTS, MicroPrompt
 
@@ -38,6 +38,7 @@ __all__ = [
     "compact_prompt",
     "debug_hint",
     "debug_prompt",
+    "default_code",
     "design_prompt",
     "field_docs",
     "macro_prompt",

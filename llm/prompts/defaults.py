@@ -37,6 +37,35 @@ def reward(prev_state, action, next_state, params):
     }
 """
 
+# The reward of loop.score=mean_variance: Almgren & Chriss's mean-variance objective,
+# equal to serl_jax.envs.execution.mean_variance_reward as named terms.
+MEAN_VARIANCE_REWARD = """\
+import jax.numpy as jnp
+
+
+def safe_div(num, den):
+    positive = den > 0
+    return jnp.where(positive, num / jnp.where(positive, den, 1.0), 0.0)
+
+
+def reward(prev_state, action, next_state, params):
+    # Almgren-Chriss: the spread and impact paid against the replayed price, plus the
+    # risk of the inventory still held (urgency in units of 1/sigma_day), plus a penalty
+    # on inventory left at the end.
+    fraction = safe_div(next_state.last_qty, next_state.quantity)
+    paid = params.side * (1.0 - safe_div(next_state.last_price, next_state.last_replayed_price))
+    held = safe_div(next_state.inventory, next_state.quantity)
+    slots = params.data.num_slots
+    sigma_day_bps = params.data.sigma[next_state.episode] * jnp.sqrt(jnp.float32(slots)) * 1e4
+    done = next_state.time >= next_state.window_len
+    scale = params.reward_scale
+    return {
+        "cost": -scale * paid * 1e4 * fraction,
+        "risk": -scale * params.urgency * sigma_day_bps / slots * held**2,
+        "terminal": -scale * jnp.where(done, params.terminal_penalty_bps * held, 0.0),
+    }
+"""
+
 DEFAULT_NETWORK = library("network")[0].code
 
 # No imagination is the loop's incumbent; the library's volatility_scale is the program
@@ -58,3 +87,16 @@ DEFAULT_CODE = {
     "profiling": DEFAULT_PROFILE,
     "communication": DEFAULT_COMMUNICATION,
 }
+
+
+def default_code(module: str, score: str = "shortfall") -> str:
+    """The framework's default program of ``module`` for a run ranked by ``score``
+    (``loop.score``): the reward of ``mean_variance`` is :data:`MEAN_VARIANCE_REWARD`, every
+    other default is :data:`DEFAULT_CODE`'s.
+
+    Raises:
+        KeyError: an unknown module.
+    """
+    if module == "reward" and score == "mean_variance":
+        return MEAN_VARIANCE_REWARD
+    return DEFAULT_CODE[module]

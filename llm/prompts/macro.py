@@ -60,6 +60,23 @@ PA paid in spread and impact, side * (P_exec / P_replayed - 1) * 1e4 bps, P_repl
 prices the market printed without the agent (negative; higher is better). PA minus
 shortfall is timing, which follows the day's price path and which no design controls
 on a martingale price.""",
+    "mean_variance": """\
+Candidates are ranked by Almgren & Chriss's mean-variance objective over the validation
+orders, negated (higher is better): the spread and impact paid against the prices the
+market printed without the agent, plus params.urgency * sigma_day / T * (share of Q still
+held)**2 per minute (the risk of holding inventory), plus the penalty on what is left at
+the end, in bps of the order.""",
+}
+
+_MARKET_NOTES = {
+    "static": "",
+    "propagator": """
+The agent's own trades also move the prices it trades at: their impact builds up with
+the participation rate and decays over the following minutes (a propagator), so fast
+trading costs more than the same shares spread out.""",
+    "lob": """
+The agent trades in a simulated limit-order book whose background traders react to
+it, so its own orders move the prices it trades at.""",
 }
 
 _CHILD_ORDERS = {
@@ -122,6 +139,7 @@ def macro_prompt(
     scenario: str = "independent",
     algorithm: str = "ippo",
     communication: bool = False,
+    market: str = "static",
 ) -> str:
     """The task description shared by every module's prompt.
 
@@ -140,9 +158,12 @@ def macro_prompt(
         algorithm: ``marl.algorithm``, ``ippo`` or ``mappo`` (read when N > 1).
         communication: whether the agents send messages (``marl.communication`` set):
             the policy's input then ends with the mean of the others' messages.
+        market: where one agent's candidates train (``loop.env`` and
+            ``market.simulator``): ``static`` (the default), ``propagator`` or ``lob``; a
+            dynamic market adds a sentence on how the agent's own trades move prices.
 
     Raises:
-        KeyError: unknown ``score`` or ``child_quantity``, or with N > 1 an unknown
+        KeyError: unknown ``score``, ``child_quantity`` or ``market``, or with N > 1 an unknown
             ``scenario`` or ``algorithm``.
         ValueError: ``agents < 1``.
 
@@ -162,7 +183,7 @@ the fraction of its remaining inventory I_t to send as a child order.
 {_CHILD_ORDERS[child_quantity]}
 The fill pays half the spread plus a temporary impact eta * (q/v)^k in bps, at most a
 participation cap of the minute's volume v; whatever is left at the last step is
-liquidated with a penalty.
+liquidated with a penalty.{_MARKET_NOTES[market]}
 
 Metric (higher is better): the price advantage of each parent order against the
 window's VWAP, PA = side * (P_exec / P_vwap - 1) * 1e4 bps, averaged over validation

@@ -48,12 +48,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from serl_jax.components.reward import reward_term_values, switch_reward, switch_reward_terms
+from serl_jax.components.reward import reward_term_values, switch_reward_terms
 from serl_jax.config import Config, config_from_dict
-from serl_jax.envs.execution import ExecutionEnv
+from serl_jax.envs.execution import EnvParams
 from serl_jax.envs.market_data import MarketData
 from serl_jax.evaluation import rollout
-from serl_jax.experiment import make_imagination, train_candidates, train_policy
+from serl_jax.experiment import (
+    make_env,
+    make_imagination,
+    mean_variance_per_order,
+    score_reward,
+    train_candidates,
+    train_policy,
+)
 from serl_jax.metrics import compute_metrics, price_advantage, shortfall
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.mixed_sampling import imagined_vs_real
@@ -61,6 +68,7 @@ from serl_jax.rl.networks import network_code_key
 from serl_jax.rl.policy import make_ppo_policy
 
 __all__ = [
+    "CandidateMarket",
     "ProgramResult",
     "candidate_market",
     "evaluate_batch",
@@ -144,29 +152,61 @@ def _reflect_imagination(imagination, train_params) -> dict[str, Any] | None:
     return imagined_vs_real(imagination, train_params.data, jax.random.PRNGKey(0))
 
 
-_MARKETS: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+_MARKETS: dict[tuple[str, ...], tuple[Any, MarketData, MarketData, Any]] = {}
 
 
-def candidate_market(cfg: Config, market: str):
-    """``(splits, train_params, val_params)``: the market's splits and the env parameters
-    of its training and validation days, as candidates train on them (loaded once per
-    process and kept).
+@dataclass(frozen=True)
+class CandidateMarket:
+    """Where candidates train and are scored (``loop.env``).
+
+    Attributes:
+        splits: the dataset's splits.
+        train: env parameters of the training days in the market candidates train in
+            (static for ``static`` and ``hybrid``, the dynamic market for ``dynamic``).
+        val: env parameters of the validation days in the market candidates are scored
+            in: static for ``static``, else the dynamic market (``market.simulator``), so
+            that a score pays for the candidate's own impact.
+        dynamic: the dynamic market's training days for hybrid PPO (``hybrid``; else
+            None).
+    """
+
+    splits: Any
+    train: EnvParams
+    val: EnvParams
+    dynamic: EnvParams | None
+
+
+def candidate_market(cfg: Config, market: str) -> CandidateMarket:
+    """The market candidates train and are scored in (the dataset and the dynamic market
+    are loaded once per process and kept).
 
     Raises:
         serl_jax.data.DataError: bad data.
+        ValueError: no calibrated order book for ``market.simulator=lob``
+            (:func:`serl_jax.experiment.calibrated_market`).
     """
-    from serl_jax.experiment import load_splits
+    from serl_jax.experiment import calibrated_market, dynamic_env_params, load_splits
 
-    key = (market, repr(cfg.data))
+    mode = cfg.loop.env
+    key = (market, repr(cfg.data), mode, repr(cfg.market), repr(cfg.impact))
     if key not in _MARKETS:
         splits = load_splits(cfg, market)
         _MARKETS[key] = (
             splits,
             MarketData.from_episodes(splits.train),
             MarketData.from_episodes(splits.val),
+            None if mode == "static" else calibrated_market(cfg, market),
         )
-    splits, train_data, val_data = _MARKETS[key]
-    return splits, cfg.env_params(train_data), cfg.env_params(val_data)
+    splits, train_data, val_data, dynamic_market = _MARKETS[key]
+    train, val = cfg.env_params(train_data), cfg.env_params(val_data)
+    if mode == "static":
+        return CandidateMarket(splits, train, val, None)
+    dynamic_train, dynamic_val = (
+        dynamic_env_params(cfg, dynamic_market, p, splits.stats) for p in (train, val)
+    )
+    if mode == "dynamic":
+        return CandidateMarket(splits, dynamic_train, dynamic_val, None)
+    return CandidateMarket(splits, train, dynamic_val, dynamic_train)
 
 
 def evaluate_program(
@@ -197,7 +237,8 @@ def evaluate_program(
     """
     t_start = time.perf_counter()
     cfg = config_from_dict(config)
-    splits, train_params, val_params = candidate_market(cfg, market)
+    where = candidate_market(cfg, market)
+    splits, train_params, val_params = where.splits, where.train, where.val
     with _count_cache_hits() as hits:
         try:
             reward_fn, network = load_program(reward_code, network_code)
@@ -205,7 +246,9 @@ def evaluate_program(
             # A network program may declare its prior's anchor; training, scoring and the
             # checkpoint's config all use it.
             cfg = dataclasses.replace(cfg, network=cfg.network.for_network(network))
-            env = ExecutionEnv(reward_fn=reward_fn)
+            env = make_env(train_params, reward_fn)
+            # validation rollouts carry the score's reward (their sums are the objective)
+            val_env = make_env(val_params, score_reward(cfg))
             policy = make_ppo_policy(
                 network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior()
             )
@@ -214,15 +257,19 @@ def evaluate_program(
                 return reward_term_values(reward_fn(prev, action, nxt, params))
 
             tracker = _Tracker(
-                lambda _: env, lambda _: terms, lambda _: policy, val_params,
+                lambda _: val_env, lambda _: terms, lambda _: policy, val_params,
                 [0] * cfg.run.num_seeds,
             )  # fmt: skip
+            hybrid = None
+            if where.dynamic is not None:
+                hybrid = (make_env(where.dynamic, reward_fn), where.dynamic)
             # The last chunk's tracking rollouts are the final policies' validation
             # rollouts: the seed selection reuses them instead of rolling out again.
             trained = train_policy(
                 cfg, env, train_params, val_params, network=network, progress=False,
                 on_chunk=tracker.on_chunk, validation_rollouts=tracker.final_rollouts,
-                imagination=imagination,
+                imagination=imagination, dynamic=hybrid,
+                hybrid=None if hybrid is None else cfg.market.hybrid_config(),
             )  # fmt: skip
             reflection = _reflect_imagination(imagination, train_params)
         except Exception as e:  # noqa: BLE001 - any failure of candidate code is its score
@@ -279,7 +326,8 @@ def evaluate_batch(
         raise ValueError("evaluate_batch: the network programs differ beyond their anchor")
     t_start = time.perf_counter()
     base = config_from_dict(config)
-    splits, train_params, val_params = candidate_market(base, market)
+    where = candidate_market(base, market)
+    splits, train_params, val_params = where.splits, where.train, where.val
     results: list[ProgramResult | None] = [None] * len(programs)
     with _count_cache_hits() as hits:
         try:
@@ -302,8 +350,7 @@ def evaluate_batch(
             priors = [c.network.prior() for c in cfgs]
             names = [_term_names(fn, val_params) for fn in reward_fns]
 
-            def env_for(index):
-                return ExecutionEnv(reward_fn=switch_reward(reward_fns, index))
+            val_env = make_env(val_params, score_reward(base))
 
             def policy_for(index):
                 def prior(obs):
@@ -315,18 +362,20 @@ def evaluate_batch(
                 return switch_reward_terms(reward_fns, names, index)
 
             lane_index = np.repeat(np.arange(len(members)), base.run.num_seeds).tolist()
-            tracker = _Tracker(env_for, terms_for, policy_for, val_params, lane_index)
+            tracker = _Tracker(lambda _: val_env, terms_for, policy_for, val_params, lane_index)
             batch = train_candidates(
                 base, reward_fns, train_params, val_params, network=shared,
                 action_priors=priors, on_chunk=tracker.on_chunk,
                 validation_rollouts=tracker.final_rollouts, imagination=imagination,
+                dynamic=where.dynamic,
+                hybrid=None if where.dynamic is None else base.market.hybrid_config(),
             )  # fmt: skip
             reflection = _reflect_imagination(imagination, train_params)
         except Exception:  # noqa: BLE001 - whose fault it is needs one-at-a-time runs
             return None
     n = len(members)
     total = (time.perf_counter() - t_start) / n
-    obs_size = ExecutionEnv().observation_size(train_params)
+    obs_size = make_env(train_params).observation_size(train_params)
     seeds = base.run.num_seeds
     for j, (k, trained) in enumerate(zip(members, batch, strict=True)):
         if isinstance(trained, Exception):
@@ -402,7 +451,7 @@ class _Tracker:
 def _term_names(reward_fn, val_params) -> list[str]:
     """The names of a reward's terms (:func:`reward_term_values`; sorted, as JAX
     returns a dict), from its abstract output on one validation transition."""
-    env = ExecutionEnv()
+    env = make_env(val_params)
     state = jax.eval_shape(lambda: env.init_state(val_params, 0, 0, val_params.data.num_slots))
     action = jax.ShapeDtypeStruct((), jnp.float32)
     out = jax.eval_shape(
@@ -423,8 +472,11 @@ def _score(
     ``artifact_dir`` if given."""
     seed = trained.selected_seed
     final = jax.tree.map(lambda x: x[seed], rollouts)
+    objective = None
+    if cfg.loop.score == "mean_variance":  # the rollouts carry the objective's reward
+        objective = mean_variance_per_order(final, val_params.reward_scale)
     metrics = validation_metrics(
-        cfg, trained, final.outcomes(float(val_params.side)), splits.val.dates
+        cfg, trained, final.outcomes(float(val_params.side)), splits.val.dates, objective
     )
     if isinstance(metrics, str):
         return _failed(metrics, t_start)
@@ -463,7 +515,9 @@ def _score(
     return ProgramResult(True, "", metrics, stats, timing, curves)
 
 
-def validation_metrics(cfg: Config, trained, outcomes, days) -> dict[str, Any] | str:
+def validation_metrics(
+    cfg: Config, trained, outcomes, days, mean_variance: np.ndarray | None = None
+) -> dict[str, Any] | str:
     """The validation-day metrics of a trained program (single- or multi-agent) on its
     kept seed's orders, or the one-line reason it fails (non-finite parameters or PA).
 
@@ -475,10 +529,14 @@ def validation_metrics(cfg: Config, trained, outcomes, days) -> dict[str, Any] |
         outcomes: the validation orders (:class:`~serl_jax.metrics.OrderOutcomes`).
         days: ``[n]`` each validation order's day (the intervals cluster by day,
             :mod:`serl_jax.metrics.inference`).
+        mean_variance: ``[n]`` each order's negated mean-variance objective (bps,
+            :func:`serl_jax.experiment.mean_variance_per_order`), with
+            ``loop.score = mean_variance``.
 
     Returns:
         The common keys of :class:`ProgramResult`'s ``metrics`` (``pa``, ``pa_ci``, ...,
-        ``pa_per_order``, ``shortfall_per_order``, bps; ``days_per_order``, ISO dates),
+        ``pa_per_order``, ``shortfall_per_order``, bps; ``days_per_order``, ISO dates;
+        with ``mean_variance`` also ``mean_variance`` and ``mean_variance_per_order``),
         or the failure reason.
     """
     # on the host: a jitted isfinite per leaf shape would compile each network's anew
@@ -496,7 +554,16 @@ def validation_metrics(cfg: Config, trained, outcomes, days) -> dict[str, Any] |
         days=days,
     )
     costs = shortfall(outcomes)
+    objective = {}
+    if mean_variance is not None:
+        if not np.isfinite(mean_variance).all():
+            return "non-finite mean-variance objective on validation days"
+        objective = {
+            "mean_variance": float(mean_variance.mean()),
+            "mean_variance_per_order": [float(v) for v in mean_variance],
+        }
     return {
+        **objective,
         "pa": _finite(m.PA.value),
         "pa_ci": [_finite(m.PA.low), _finite(m.PA.high)],
         "pa_std": _finite(m.PA_std.value),

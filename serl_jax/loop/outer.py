@@ -56,12 +56,12 @@ from llm.dek import BufferEntry, InstructionBuffer
 from llm.parsing import ParseError, extract_code, program_text
 from llm.prompts import (
     COMPACT_INSTRUCTION,
-    DEFAULT_CODE,
     DEFAULT_INSTRUCTION,
     MICRO_PROMPTS,
     REFINEMENT_TOKENS,
     compact_prompt,
     debug_prompt,
+    default_code,
     design_prompt,
     macro_prompt,
     parse_instruction,
@@ -160,14 +160,18 @@ def paired_with_reference(metrics: dict[str, Any], reference: dict[str, Any]) ->
             days were kept resample orders).
 
     Returns:
-        ``{"pa": {...}, "shortfall": {...}}``, each ``{"value", "ci_low", "ci_high",
+        ``{"pa": {...}, "shortfall": {...}}`` (and ``"mean_variance"`` when both have
+        ``mean_variance_per_order``), each ``{"value", "ci_low", "ci_high",
         "win_rate", "mde"}`` (bps, 95% interval of the mean paired difference and its
-        minimum detectable effect), or None when either lacks the per-order values (a run
-        recorded before they were kept).
+        minimum detectable effect), or None when either lacks the per-order PA and
+        shortfall (a run recorded before they were kept).
     """
     out = {}
     days = metrics.get("days_per_order")
-    for key, name in (("pa_per_order", "pa"), ("shortfall_per_order", "shortfall")):
+    both = "mean_variance_per_order" in metrics and "mean_variance_per_order" in reference
+    keys = [("pa_per_order", "pa"), ("shortfall_per_order", "shortfall")]
+    keys += [("mean_variance_per_order", "mean_variance")] if both else []
+    for key, name in keys:
         a, b = metrics.get(key), reference.get(key)
         if not a or not b or len(a) != len(b) or None in a or None in b:
             return None
@@ -310,11 +314,14 @@ def run_macro_prompt(
     Returns:
         The prompt text.
     """
+    one_agent_moves_prices = cfg.loop.env != "static" and cfg.marl.agents == 1
+    market = cfg.market.simulator if one_agent_moves_prices else "static"
     return macro_prompt(
         obs_dim, num_features, int(cfg.env["lookback"]), score=cfg.loop.score,
         child_quantity=str(cfg.env["child_quantity"]), agents=cfg.marl.agents,
         scenario=cfg.marl.scenario, algorithm=cfg.marl.algorithm,
         communication=communication or "communication" in cfg.loop.modules,
+        market=market,
     )  # fmt: skip
 
 
@@ -430,9 +437,9 @@ class SERLLoop:
             idx=0,
             module="default",
             instruction="the framework's default reward and network",
-            code=DEFAULT_CODE["reward"],
-            reward_code=DEFAULT_CODE["reward"],
-            network_code=DEFAULT_CODE["network"],
+            code=default_code("reward", self.loop.score),
+            reward_code=default_code("reward", self.loop.score),
+            network_code=default_code("network"),
             **{f"{kind}_code": code for kind, code in self.reference_codes.items()},
         )
         self.store.add_proposals(0, [], [(None, cand)])
@@ -505,7 +512,8 @@ class SERLLoop:
         """One design prompt for ``module`` in the run's ``loop.prompt_style``, showing
         ``example`` (None: the module's default) where no past candidate is shown."""
         if self.loop.prompt_style == "compact":  # the best past candidate, or the example
-            base = examples[-1].code if examples else example or DEFAULT_CODE[module]
+            default = default_code(module, self.loop.score)
+            base = examples[-1].code if examples else example or default
             return compact_prompt(module, base, instruction)
         return design_prompt(
             module, self.macro, instruction, examples, feedback, score_label=self.score_label,

@@ -24,9 +24,17 @@ from llm.validate import load_validated
 from serl_jax.agents_experiment import evaluate_agents, make_agents_env
 from serl_jax.config import LOOP_SCORES, Config, saved_network_config
 from serl_jax.data import MarketSplits
-from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
-from serl_jax.experiment import baseline_policies, evaluate_policies
+from serl_jax.experiment import (
+    ORACLE,
+    baseline_policies,
+    calibrated_market,
+    dynamic_env_params,
+    evaluate_policies,
+    make_env,
+    mean_variance_per_order,
+    score_reward,
+)
 from serl_jax.loop.agents_evaluation import agents_market, evaluation_profile
 from serl_jax.loop.outer import REFERENCE_ID, LoopOutcome, paired_with_reference
 from serl_jax.loop.store import Candidate, RunStore
@@ -113,19 +121,27 @@ def _every_candidate_md(cands: list[Candidate]) -> list[str]:
     return lines
 
 
-def _best_vs_default(best: Candidate, best_rollout, default_rollout, side: float, days) -> dict:
-    """The best candidate minus the default PPO on the same orders (test ``days``):
-    ``{"validation", "test"}`` -> ``{"pa", "shortfall"}`` -> ``{"value", "ci_low",
-    "ci_high", "win_rate", "mde"}`` (bps, intervals clustered by day; validation None when
-    the best is the default itself or lacks per-order values)."""
+def _best_vs_default(
+    cfg: Config, best: Candidate, best_rollout, default_rollout, params, days
+) -> dict:
+    """The best candidate minus the default PPO on the same orders (test ``days``, env
+    parameters ``params``): ``{"validation", "test"}`` -> ``{"pa", "shortfall"}`` (and
+    ``"mean_variance"`` with ``loop.score = mean_variance``: the rollouts carry its reward)
+    -> ``{"value", "ci_low", "ci_high", "win_rate", "mde"}`` (bps, intervals clustered by
+    day; validation None when the best is the default itself or lacks per-order values)."""
 
     def per_order(rollout) -> dict[str, list[float]]:
-        outcomes = rollout.outcomes(side)
-        return {
+        outcomes = rollout.outcomes(float(params.side))
+        out = {
             "pa_per_order": price_advantage(outcomes).tolist(),
             "shortfall_per_order": shortfall(outcomes).tolist(),
             "days_per_order": [str(d) for d in days],
         }
+        if cfg.loop.score == "mean_variance":
+            out["mean_variance_per_order"] = mean_variance_per_order(
+                rollout, params.reward_scale
+            ).tolist()
+        return out
 
     return {
         "validation": None if best.id == REFERENCE_ID else (best.metrics or {}).get("vs_default"),
@@ -142,11 +158,18 @@ def _best_vs_default_md(best_id: str, paired: dict) -> str:
         def f(x: float | None, sign: str = "+") -> str:
             return "n/a" if x is None else format(x, f"{sign}.2f")
 
+        objective = entry.get("mean_variance")
         return (
             f"- {days} days: PA {f(pa['value'])} bps [{f(pa['ci_low'])}, {f(pa['ci_high'])}] "
             f"(MDE {f(pa.get('mde'), '')}), better on {pa['win_rate']:.0%} of orders; shortfall "
             f"{f(cost['value'])} bps [{f(cost['ci_low'])}, {f(cost['ci_high'])}] "
             f"(MDE {f(cost.get('mde'), '')})"
+            + (
+                ""
+                if objective is None
+                else f"; mean-variance {f(objective['value'])} bps [{f(objective['ci_low'])}, "
+                f"{f(objective['ci_high'])}] (MDE {f(objective.get('mde'), '')})"
+            )
         )
 
     return "\n".join(
@@ -184,27 +207,36 @@ def _once_per_candidate(
 
 
 def _single_agent_test(cfg: Config, store: RunStore, best: Candidate, reference: Candidate,
-                       splits: MarketSplits) -> tuple[str, dict, dict]:  # fmt: skip
-    """The best candidate, the default PPO and the baselines on the test days (static
-    market): the table, ``report.json``'s ``test`` entry and the paired best vs default."""
+                       splits: MarketSplits) -> tuple[dict, dict, dict]:  # fmt: skip
+    """The best candidate, the default PPO and the baselines on the test days, in the
+    market candidates were scored in (static for ``loop.env=static``, else the dynamic
+    market, without the hindsight oracle, whose bound holds in the static market only):
+    the table's rows, ``report.json``'s ``test`` entry and the paired best vs default."""
     test_params = cfg.env_params(MarketData.from_episodes(splits.test))
+    baselines = baseline_policies(cfg)
+    if cfg.loop.env != "static":
+        market = calibrated_market(cfg, cfg.loop.market)
+        test_params = dynamic_env_params(cfg, market, test_params, splits.stats)
+        baselines.pop(ORACLE)
+    env = make_env(test_params, score_reward(cfg))  # rewards: the score's objective
 
     def evaluate(names: dict[str, Candidate]):
         policies = {name: _ppo_policy(cfg, store, cand) for name, cand in names.items()}
-        policies.update(baseline_policies(cfg))
-        return evaluate_policies(cfg, ExecutionEnv(), test_params, policies, splits.test.dates)
+        policies.update(baselines)
+        return evaluate_policies(cfg, env, test_params, policies, splits.test.dates)
 
     names = {f"SE-RL {best.id}": best, "PPO default": reference}
     results = _once_per_candidate(names, evaluate)
-    table = format_table({(splits.name, name): m for name, (m, _) in results.items()})
+    rows = {(splits.name, name): m for name, (m, _) in results.items()}
     paired = _best_vs_default(
+        cfg,
         best,
         results[f"SE-RL {best.id}"][1],
         results["PPO default"][1],
-        float(test_params.side),
+        test_params,
         splits.test.dates,
     )
-    return table, {name: m.to_dict() for name, (m, _) in results.items()}, paired
+    return rows, {name: m.to_dict() for name, (m, _) in results.items()}, paired
 
 
 def _agents_policy(cfg: Config, store: RunStore, cand: Candidate):
@@ -218,10 +250,10 @@ def _agents_policy(cfg: Config, store: RunStore, cand: Candidate):
 
 
 def _agents_test(cfg: Config, store: RunStore, best: Candidate, reference: Candidate,
-                 splits: MarketSplits) -> tuple[str, dict, dict]:  # fmt: skip
+                 splits: MarketSplits) -> tuple[dict, dict, dict]:  # fmt: skip
     """The best multi-agent candidate, the default PPO agents and every agent running
     TWAP and TWAP-POV on the test days (dynamic market, evaluation profiles, one key):
-    the table (per agent, and the team's in the ``team`` scenario), ``report.json``'s
+    the table's rows (per agent, and the team's in the ``team`` scenario), ``report.json``'s
     ``test`` entry (per policy: ``agents``, a list of N metrics; ``team``; ``pa_spread``)
     and the paired best vs default over every agent's order."""
     _, params = agents_market(cfg, cfg.loop.market, ("test",))
@@ -239,7 +271,6 @@ def _agents_test(cfg: Config, store: RunStore, best: Candidate, reference: Candi
             rows[(f"{splits.name} agent {i}", name)] = m
         if result.team is not None:
             rows[(f"{splits.name} team", name)] = result.team
-    table = format_table(rows)
     # pooled orders are day-major: day 0's agents first
     pooled_days = np.repeat(np.asarray(splits.test.dates, dtype=object), cfg.marl.agents)
 
@@ -263,11 +294,16 @@ def _agents_test(cfg: Config, store: RunStore, best: Candidate, reference: Candi
         }
         for name, result in results.items()
     }
-    return table, entry, paired
+    return rows, entry, paired
 
 
 def write_report(
-    cfg: Config, store: RunStore, outcome: LoopOutcome, splits: MarketSplits, top: int = 5
+    cfg: Config,
+    store: RunStore,
+    outcome: LoopOutcome,
+    splits: MarketSplits,
+    top: int = 5,
+    wide: bool = False,
 ) -> str:
     """Evaluates the best candidate against the baselines on test days and writes the
     report files.
@@ -278,16 +314,20 @@ def write_report(
         outcome: what :meth:`serl_jax.loop.SERLLoop.run` returned.
         splits: the market's splits (the test days are used).
         top: candidates listed with their code.
+        wide: return the table with every column (default: the compact one,
+            :func:`serl_jax.metrics.format_table`).
 
     Returns:
-        The results table (text), also written to ``results.txt``.
+        The results table (text) to print; ``results.txt`` and ``report.md`` get it with
+        every column.
     """
     evaluated = [c for c in store.candidates() if c.status == "evaluated" and not c.duplicate_of]
     ranked = sorted(evaluated, key=lambda c: -c.score)
     reference = next(c for c in evaluated if c.id == REFERENCE_ID)
     best = outcome.best
     test = _agents_test if cfg.marl.agents > 1 else _single_agent_test
-    table, test_entry, best_vs_default = test(cfg, store, best, reference, splits)
+    rows, test_entry, best_vs_default = test(cfg, store, best, reference, splits)
+    table = format_table(rows, wide=True)
 
     cands = store.candidates()
     counts: dict[str, int] = {}
@@ -363,4 +403,4 @@ def write_report(
     ]
     (store.root / "report.md").write_text("\n".join(lines))
     store.set_meta("status", "finished")
-    return table
+    return format_table(rows, wide=wide)

@@ -32,6 +32,7 @@ from serl_jax.experiment import (
     load_splits,
     make_env,
     make_imagination,
+    score_reward,
     selection_entry,
     train_policy,
     train_teacher,
@@ -87,7 +88,8 @@ def run_market(
         (``static``, ``dynamic``) and policy.
     """
     mode = cfg.market.mode
-    static_env = ExecutionEnv()
+    reward_fn = score_reward(cfg)  # the objective the seeds are kept by
+    static_env = ExecutionEnv(reward_fn)
     params = {
         split: cfg.env_params(MarketData.from_episodes(splits.split(split)))
         for split in ("train", "val", "test")
@@ -120,14 +122,14 @@ def run_market(
             params["val"],
             progress=progress,
             description=f"{label} hybrid",
-            dynamic=(make_env(dynamic["train"]), dynamic["train"]),
+            dynamic=(make_env(dynamic["train"], reward_fn), dynamic["train"]),
             hybrid=cfg.market.hybrid_config(),
             imagination=imagination,
         )
     elif mode == "dynamic":
         trained = train_policy(
             cfg,
-            make_env(dynamic["train"]),
+            make_env(dynamic["train"], reward_fn),
             dynamic["train"],
             dynamic["val"],
             progress=progress,
@@ -242,13 +244,15 @@ def run_market(
     return entry, {market: {n: m for n, (m, _) in r.items()} for market, r in evaluated.items()}
 
 
-def train_ppo(cfg: Config, config_name: str, quiet: bool, verbose: bool = False) -> int:
+def train_ppo(
+    cfg: Config, config_name: str, quiet: bool, verbose: bool = False, wide: bool = False
+) -> int:
     """Plain PPO training on every market of ``cfg.data.markets`` (``--llm none``).
 
     With ``run.distributed`` this process first joins the multi-process run
     (:func:`serl_jax.rl.sharding.start_processes`); every process trains its share and
     then evaluates on its own copy; process 0 writes the run folder, the others a
-    temporary one that is removed."""
+    temporary one that is removed. ``wide``: print every column of the results table."""
     if cfg.run.distributed:
         start_processes(cfg.run.coordinator_address, cfg.run.num_processes, cfg.run.process_id)
         if jax.process_index() > 0:  # the same work, written nowhere and said by process 0
@@ -259,10 +263,12 @@ def train_ppo(cfg: Config, config_name: str, quiet: bool, verbose: bool = False)
             ):
                 cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, out=scratch))
                 return _train_ppo(cfg, config_name, quiet=True, verbose=False)
-    return _train_ppo(cfg, config_name, quiet, verbose)
+    return _train_ppo(cfg, config_name, quiet, verbose, wide)
 
 
-def _train_ppo(cfg: Config, config_name: str, quiet: bool, verbose: bool) -> int:
+def _train_ppo(
+    cfg: Config, config_name: str, quiet: bool, verbose: bool, wide: bool = False
+) -> int:
     try:
         _, imagine_fn = imagination_program(cfg)
     except (ValueError, SandboxError) as err:
@@ -294,6 +300,5 @@ def _train_ppo(cfg: Config, config_name: str, quiet: bool, verbose: bool) -> int
         }
         return entry, rows
 
-    return write_run(
-        cfg, f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}", markets, run_one, quiet, verbose
-    )
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}"
+    return write_run(cfg, name, markets, run_one, quiet, verbose, wide)

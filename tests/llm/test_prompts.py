@@ -18,6 +18,7 @@ from llm.prompts import (
     MICRO_PROMPTS,
     REFINEMENT_MODULE,
     compact_prompt,
+    default_code,
     design_prompt,
     field_docs,
     macro_prompt,
@@ -31,6 +32,7 @@ from serl_jax.components import reward_term_values, total_reward
 from serl_jax.components.imagination import ImagineParams
 from serl_jax.config import ImagineConfig, MarlConfig
 from serl_jax.envs import EnvParams, EnvState, ExecutionEnv, default_reward
+from serl_jax.envs.execution import mean_variance_reward
 from serl_jax.envs.market_data import MarketData
 from serl_jax.rl.networks import ActorCritic
 
@@ -99,6 +101,22 @@ def test_default_reward_code_equals_the_framework_default(cn_market):
         terms["pa"] + terms["concentration"] + terms["terminal"], terms["total"], rtol=1e-6
     )
     assert float(jnp.abs(terms["terminal"]).max()) > 0 or float(nxt.time.max()) < 240
+
+
+def test_mean_variance_reward_code_equals_the_framework_objective(cn_market):
+    prev, action, nxt, params = _transitions(cn_market)
+    params = params.replace(urgency=2.0)  # a risk term that counts
+    code_reward = load_validated(default_code("reward", "mean_variance"), "reward")
+    terms = jax.vmap(lambda p, a, n: reward_term_values(code_reward(p, a, n, params)))(
+        prev, action, nxt
+    )
+    expected = jax.vmap(mean_variance_reward, in_axes=(0, 0, 0, None))(prev, action, nxt, params)
+    assert set(terms) == {"cost", "risk", "terminal", "total"}
+    np.testing.assert_allclose(terms["total"], expected, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(terms["risk"]).min()) > 0 and float(jnp.abs(terms["cost"]).max()) > 0
+    # every other score and module keeps the framework's default
+    assert default_code("reward", "shortfall") == DEFAULT_CODE["reward"]
+    assert default_code("network", "mean_variance") == DEFAULT_CODE["network"]
 
 
 def test_total_reward_sums_terms_and_passes_scalars():
@@ -495,3 +513,15 @@ def test_profile_contract_validation_and_the_shared_field_list_agree():
         "`params`: fields side, quantity_low, quantity_high, min_window_len, data.num_slots "
         "(data.num_slots is T, the minutes in the day)." in MICRO_PROMPTS["profiling"].inputs
     )
+
+
+def test_macro_names_the_market_and_the_mean_variance_score():
+    static = macro_prompt(obs_dim=54, num_features=5, lookback=10)
+    impact = macro_prompt(
+        obs_dim=54, num_features=5, lookback=10, score="mean_variance", market="propagator"
+    )
+    assert "propagator" not in static and "mean-variance" not in static
+    assert "propagator" in impact and "mean-variance objective" in impact
+    assert static == MACRO  # the static market's prompt is unchanged
+    with pytest.raises(KeyError):
+        macro_prompt(obs_dim=54, num_features=5, lookback=10, market="no_such_market")

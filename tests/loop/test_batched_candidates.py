@@ -171,6 +171,23 @@ def test_a_batch_scores_each_candidate_as_alone(config, tmp_path):
         evaluate_batch(config, MARKET, [(REWARD, NETWORK), (REWARD, wider)], [None, None])
 
 
+def test_a_hybrid_batch_in_the_propagator_market_scores_each_candidate_as_alone():
+    """``loop.env=hybrid``: candidates train in the static and propagator markets at once
+    (batched or alone alike) and are scored in the propagator market."""
+    config = load_config(
+        TINY, ["eval.n_bootstrap=100", "loop.env=hybrid", "market.simulator=propagator"]
+    ).to_dict()
+    batch = evaluate_batch(config, MARKET, [(REWARD, NETWORK), (SHORTFALL, NETWORK)], [None] * 2)
+    alone = evaluate_program(config, MARKET, SHORTFALL, NETWORK)
+    assert [r.ok for r in batch] == [True, True] and alone.ok
+    for key in ("pa", "shortfall"):
+        assert batch[1].metrics[key] == pytest.approx(alone.metrics[key], abs=1e-2)
+    # scored paying for its own impact: more shortfall than a static run of the program
+    static = evaluate_program(load_config(TINY, ["eval.n_bootstrap=100"]).to_dict(), MARKET,
+                              SHORTFALL, NETWORK)  # fmt: skip
+    assert alone.metrics["shortfall"] < static.metrics["shortfall"]
+
+
 def test_a_batch_that_raises_is_retried_one_program_at_a_time(config):
     tasks = [(config, MARKET, code, NETWORK, None) for code in (REWARD, RAISES)]
     programs = [(t[2], t[3]) for t in tasks]

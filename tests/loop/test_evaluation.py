@@ -5,11 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
-from llm.prompts import DEFAULT_CODE
+from llm.prompts import DEFAULT_CODE, default_code
+from llm.validate import load_validated
+from serl_jax.baselines.optimal import linear_market, schedule_objective
 from serl_jax.config import load_config
+from serl_jax.envs.propagator import PropagatorEnvParams
+from serl_jax.evaluation import rollout
+from serl_jax.experiment import make_env
 from serl_jax.loop import ProgramEvaluator, evaluate_program
+from serl_jax.loop.evaluation import candidate_market
+from serl_jax.rl.checkpoint import load_policy
+from serl_jax.rl.policy import make_ppo_policy
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
 MARKET = "sample:us_1min"
@@ -139,3 +149,43 @@ def test_an_out_of_range_anchor_fails_the_candidate(config):
     assert "network field prior_anchor_steps: expected a number of steps in [0, 1000]" in (
         result.error
     )
+
+
+def test_a_candidate_in_the_propagator_market_is_scored_by_the_mean_variance_objective(
+    tmp_path,
+):
+    """``loop.env=dynamic``, ``loop.score=mean_variance`` in the propagator market's linear
+    Almgren–Chriss configuration: the candidate trains and is scored there, and its score
+    is each validation order's objective, the closed form of the schedule it executed."""
+    overrides = [
+        "eval.n_bootstrap=100", "loop.env=dynamic", "loop.score=mean_variance",
+        "market.simulator=propagator", "impact.kernel=constant", "impact.delta=1.0",
+        "impact.y=0.0", "impact.permanent=0.0", "impact.temporary=0.1",
+        "impact.liquidity=constant", "env.urgency=0.5", "env.half_spread_bps=0.0",
+        "env.quantity_low=1.0", "env.quantity_high=1.0", "env.child_quantity=fixed",
+        "env.participation_cap=1000000.0",
+    ]  # fmt: skip
+    cfg = load_config(TINY, overrides)
+    result = evaluate_program(
+        cfg.to_dict(), MARKET, default_code("reward", "mean_variance"), DEFAULT_CODE["network"],
+        str(tmp_path),
+    )  # fmt: skip
+    assert result.ok, result.error
+    m = result.metrics
+    scores = np.asarray(m["mean_variance_per_order"])
+    assert m["mean_variance"] == pytest.approx(scores.mean())
+    # the policy's validation schedules, priced by the closed form
+    where = candidate_market(cfg, MARKET)
+    assert isinstance(where.val, PropagatorEnvParams) and where.dynamic is None
+    network, params, meta = load_policy(tmp_path / "checkpoint", define=load_validated)
+    policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=cfg.network.prior())
+    out = rollout(make_env(where.val), policy, params, where.val, jax.random.PRNGKey(0))
+    gamma, transient, temporary, risk = linear_market(cfg.impact, where.val)
+    sigma_day = np.asarray(where.val.data.sigma, np.float64) * np.sqrt(where.val.data.num_slots)
+    sigma_bps = sigma_day * 1e4
+    remaining = np.asarray(out.remaining, np.float64)
+    closed = [
+        s * schedule_objective(-np.diff(path), gamma, a, e, risk)
+        for s, a, e, path in zip(sigma_bps, transient, temporary, remaining, strict=True)
+    ]
+    np.testing.assert_allclose(-scores, closed, rtol=2e-3)
