@@ -1,4 +1,5 @@
-"""PNG plots of a run: training curve, inventory trajectories, PA distributions.
+"""PNG plots of a run: training curve, inventory trajectories, PA distributions, and the
+benchmark's forest plot of paired differences with their intervals.
 
 Uses ``matplotlib.figure.Figure`` directly (no pyplot), so plotting neither needs a
 display nor changes global matplotlib state.
@@ -6,6 +7,7 @@ display nor changes global matplotlib state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -110,3 +112,66 @@ def plot_loop_progress(
     ax.legend(fontsize="small")
     fig.savefig(path, dpi=110)
     return path
+
+
+#: An estimate and its interval ``(value, low, high)``; a bound that is ``None`` or NaN
+#: (too few days for an interval) draws the estimate alone.
+Estimate = tuple[float, float | None, float | None]
+
+
+def _bound(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def plot_forest(panels: Mapping[str, Mapping[str, Mapping[str, Estimate]]], path: Path) -> Figure:
+    """A forest plot: per panel (a dataset and its days) one row per policy, per measure
+    (e.g. PA − TWAP, shortfall − TWAP) one column, each row its estimate with its
+    interval, the values written on the right, and a line at 0 (no difference).
+
+    Panels keep their own x scale: a 3-day set's intervals are tens of bps wide, a
+    201-day set's under one.
+
+    Args:
+        panels: ``{panel title: {policy: {measure: (value, low, high)}}}``; the measures
+            are the columns, in order of first appearance; a policy without a measure
+            leaves its row empty in that column.
+        path: output PNG.
+
+    Returns:
+        The figure (axes ``[panel][measure]``, row by row: ``fig.axes[i * n_measures + j]``).
+    """
+    measures = list(dict.fromkeys(m for rows in panels.values() for e in rows.values() for m in e))
+    heights = [max(len(rows), 1) for rows in panels.values()]
+    fig = Figure(
+        figsize=(2.0 + 5.2 * len(measures), 0.8 * len(panels) + 0.3 * sum(heights)),
+        layout="constrained",
+    )
+    axes = fig.subplots(
+        len(panels), len(measures), squeeze=False, gridspec_kw={"height_ratios": heights}
+    )
+    for row_axes, (title, rows) in zip(axes, panels.items(), strict=True):
+        policies = list(rows)
+        y = len(policies) - 1 - np.arange(len(policies))  # the first policy on top
+        for col, (ax, measure) in enumerate(zip(row_axes, measures, strict=True)):
+            labels = []
+            for yi, policy in zip(y, policies, strict=True):
+                if measure not in rows[policy]:
+                    labels.append("")
+                    continue
+                value, low, high = (_bound(v) for v in rows[policy][measure])
+                has_interval = math.isfinite(low) and math.isfinite(high)
+                xerr = [[value - low], [high - value]] if has_interval else None
+                ax.errorbar(value, yi, xerr=xerr, fmt="o", ms=4, capsize=3, color="C0")
+                interval = f" [{low:+.2f}, {high:+.2f}]" if has_interval else ""
+                labels.append(f"{value:+.2f}{interval}")
+            ax.axvline(0.0, color="grey", lw=0.8)
+            ax.set_ylim(-0.6, len(policies) - 0.4)
+            ax.set_yticks(y, policies)
+            ax.tick_params(axis="y", labelleft=col == 0)
+            right = ax.secondary_yaxis("right")
+            right.set_yticks(y, labels)
+            right.tick_params(labelsize="small", length=0)
+            ax.set_title(f"{title}\n{measure}", fontsize="medium", loc="left")
+            ax.grid(alpha=0.3, axis="x")
+    fig.savefig(path, dpi=110)
+    return fig

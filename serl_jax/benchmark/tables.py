@@ -1,4 +1,5 @@
-"""The benchmark's table: stored cells -> paired statistics -> results.md/json and a figure.
+"""The benchmark's table: stored cells -> paired statistics -> results.md/json and a
+forest plot.
 
 Per dataset and reported split (test days of the training symbols, test days of the
 held-out symbols, and the validation days where rows were chosen), every row is scored on
@@ -19,13 +20,14 @@ import datetime as dt
 import math
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from serl_jax.benchmark.cells import PROPAGATOR_TEST, CellStore, SplitOrders
+from serl_jax.cli import Column, render_table
 from serl_jax.data.episodes import HELDOUT
 from serl_jax.metrics import (
     OrderOutcomes,
@@ -34,14 +36,17 @@ from serl_jax.metrics import (
     price_advantage,
     shortfall,
 )
+from serl_jax.plots import Estimate, plot_forest
 
 __all__ = [
     "SPLIT_TITLES",
     "agents_results",
     "dataset_results",
+    "forest_panels",
     "machine_description",
     "plot_results",
     "results_markdown",
+    "results_text",
 ]
 
 TWAP = "TWAP"
@@ -300,6 +305,12 @@ def _interval(d: dict[str, Any] | None, fmt: str = "{:+.2f}") -> str:
     return f"{_num(d['value'], fmt)} [{_num(d['ci_low'], fmt)}, {_num(d['ci_high'], fmt)}]"
 
 
+def _seeds(entry: dict[str, Any]) -> str:
+    """A learned row's PA−TWAP per seed, ``a / b / c`` (``-`` for one seed or a baseline)."""
+    seeds = entry.get("pa_vs_twap_per_seed")
+    return " / ".join(_num(v) for v in seeds) if seeds and len(seeds) > 1 else "-"
+
+
 def _table_md(split: dict[str, Any]) -> list[str]:
     lines = [
         "| policy | PA (bps) | PA-std | WR | GLR | AFI | n | PA−TWAP (bps) | MDE | won "
@@ -309,17 +320,66 @@ def _table_md(split: dict[str, Any]) -> list[str]:
     for name, entry in split["rows"].items():
         m = entry["metrics"]
         vs = m.get("vs_TWAP")
-        seeds = entry.get("pa_vs_twap_per_seed")
-        seed_cell = " / ".join(_num(v) for v in seeds) if seeds and len(seeds) > 1 else "-"
         lines.append(
             f"| {name} | {_interval(m['PA'])} | {_num(m['PA_std']['value'], '{:.2f}')} "
             f"| {_num(m['WR']['value'], '{:.3f}')} | {_num(m['GLR']['value'], '{:.2f}')} "
             f"| {_num(m['AFI']['value'], '{:.4f}')} | {m['n_orders']} | {_interval(vs)} "
             f"| {_num(vs['mde'], '{:.2f}') if vs else '-'} "
             f"| {_num(vs['win_rate'], '{:.2f}') if vs else '-'} "
-            f"| {_interval(m.get('shortfall_vs_TWAP'))} | {seed_cell} |"
+            f"| {_interval(m.get('shortfall_vs_TWAP'))} | {_seeds(entry)} |"
         )
     return lines
+
+
+def _cell(d: dict[str, Any] | None, fmt: str = "{:+.2f}") -> str | tuple[str, str, str]:
+    """``{"value", "ci_low", "ci_high"}`` as a cell of :func:`serl_jax.cli.render_table`
+    (``-`` when not computed)."""
+    if d is None:
+        return "-"
+    return _num(d["value"], fmt), _num(d["ci_low"], fmt), _num(d["ci_high"], fmt)
+
+
+# The printed table's columns: results.md's, with every interval the metrics have.
+_TEXT_COLUMNS = (
+    Column("policy", text=True),
+    Column("PA (bps)", compact_interval=True),
+    Column("PA-std (bps)"),
+    Column("WR", compact_interval=True),
+    Column("GLR"),
+    Column("AFI"),
+    Column("n"),
+    Column("PA-TWAP (bps)", compact_interval=True),
+    Column("MDE"),
+    Column("won"),
+    Column("shortfall-TWAP (bps)", compact_interval=True),
+    Column("PA-TWAP per seed", compact=False),
+)
+
+
+def _table_text(split: dict[str, Any], wide: bool) -> list[str]:
+    """A split's table for the terminal (:func:`serl_jax.cli.render_table`): compact,
+    or every column with ``wide``."""
+    rows = []
+    for name, entry in split["rows"].items():
+        m = entry["metrics"]
+        vs = m.get("vs_TWAP")
+        rows.append(
+            [
+                name,
+                _cell(m["PA"]),
+                _cell(m["PA_std"], "{:.2f}"),
+                _cell(m["WR"], "{:.3f}"),
+                _cell(m["GLR"], "{:.2f}"),
+                _cell(m["AFI"], "{:.4f}"),
+                str(m["n_orders"]),
+                _cell(vs),
+                _num(vs["mde"], "{:.2f}") if vs else "-",
+                _num(vs["win_rate"], "{:.2f}") if vs else "-",
+                _cell(m.get("shortfall_vs_TWAP")),
+                _seeds(entry),
+            ]
+        )
+    return render_table(_TEXT_COLUMNS, rows, wide=wide).splitlines()
 
 
 def _footer_md(split: dict[str, Any]) -> list[str]:
@@ -392,7 +452,24 @@ def _agents_md(agents: dict[str, Any]) -> list[str]:
 
 def results_markdown(results: dict[str, Any]) -> str:
     """The run's ``results.md``: per dataset and split, the table, the interval method,
-    the oracle share, the paired comparisons with the default PPO, and the run's facts."""
+    the oracle share, the paired comparisons with the default PPO, and the run's facts.
+
+    The tables are markdown with every column (a results page, read where markdown
+    renders and wide tables scroll); :func:`results_text` is the page for the terminal."""
+    return _page(results, _table_md)
+
+
+def results_text(results: dict[str, Any], wide: bool = False) -> str:
+    """The results page as ``python -m serl_jax.benchmark`` prints it: :func:`results_markdown`
+    with each split's main table as text (:func:`serl_jax.cli.render_table`), the compact
+    table that fits 120 columns (intervals of PA, WR and the paired differences under their
+    values; the per-seed column and the columns the same on every row named under it), or
+    with ``wide`` every column with its interval, one line per row."""
+    return _page(results, lambda split: _table_text(split, wide))
+
+
+def _page(results: dict[str, Any], table: Callable[[dict[str, Any]], list[str]]) -> str:
+    """The results page with ``table(split)`` giving each split's main table's lines."""
     meta = results["meta"]
     lines = [
         f"# Benchmark: {meta['suite']}",
@@ -416,7 +493,7 @@ def results_markdown(results: dict[str, Any]) -> str:
                 f"### {SPLIT_TITLES.get(split, split)}: {entry['orders']} orders, "
                 f"{entry['symbols']} symbols, {entry['days']} days",
                 "",
-                *_table_md(entry),
+                *table(entry),
                 "",
                 *_footer_md(entry),
                 "",
@@ -437,37 +514,45 @@ def today() -> str:
     return f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}"
 
 
+#: The forest plot's measures: each row's paired difference to TWAP, its key in the metrics.
+FOREST_MEASURES = {
+    "PA − TWAP (bps)": "vs_TWAP",
+    "shortfall − TWAP (bps)": "shortfall_vs_TWAP",
+}
+#: The forest plot's panels: the reported splits (validation days are not a result).
+FOREST_SPLITS = {
+    "test": "test days, training symbols",
+    HELDOUT: "test days, held-out symbols",
+    PROPAGATOR_TEST: "test days, propagator market",
+}
+
+
+def forest_panels(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Estimate]]]:
+    """The forest plot's input from a run's results: one panel per dataset and
+    :data:`FOREST_SPLITS` split, one row per policy paired with TWAP (TWAP itself left
+    out), each of :data:`FOREST_MEASURES` with its interval clustered by day."""
+    panels: dict[str, dict[str, dict[str, Estimate]]] = {}
+    for name, ds in results["datasets"].items():
+        for split, entry in ds["splits"].items():
+            if split not in FOREST_SPLITS:
+                continue
+            rows = {}
+            for policy, row in entry["rows"].items():
+                m = row["metrics"]
+                measures = {
+                    label: (m[key]["value"], m[key]["ci_low"], m[key]["ci_high"])
+                    for label, key in FOREST_MEASURES.items()
+                    if m.get(key) is not None
+                }
+                if measures:
+                    rows[policy] = measures
+            panels[f"{name}, {FOREST_SPLITS[split]}"] = rows
+    return panels
+
+
 def plot_results(results: dict[str, Any], path: Path) -> Path:
-    """Each row's PA−TWAP with its interval, one panel per dataset and reported split
-    (test days of the training symbols, of the held-out symbols)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [
-        (name, split, entry)
-        for name, ds in results["datasets"].items()
-        for split, entry in ds["splits"].items()
-        if split != "val"
-    ]
-    fig, axes = plt.subplots(
-        len(panels), 1, figsize=(7, 1.2 + 0.45 * 12 * len(panels) / 2), squeeze=False
-    )
-    for ax, (name, split, entry) in zip(axes[:, 0], panels, strict=True):
-        rows = [(n, e["metrics"].get("vs_TWAP")) for n, e in entry["rows"].items()]
-        rows = [(n, v) for n, v in rows if v is not None]
-        y = np.arange(len(rows))[::-1]
-        values = np.array([v["value"] for _, v in rows], float)
-        low = np.array([np.nan if v["ci_low"] is None else v["ci_low"] for _, v in rows], float)
-        high = np.array([np.nan if v["ci_high"] is None else v["ci_high"] for _, v in rows], float)
-        err = np.vstack([values - low, high - values])
-        ax.errorbar(values, y, xerr=np.nan_to_num(err), fmt="o", capsize=3)
-        ax.axvline(0.0, color="grey", lw=0.8)
-        ax.set_yticks(y, [n for n, _ in rows])
-        ax.set_title(f"{name}: {SPLIT_TITLES.get(split, split)}", fontsize=9)
-        ax.set_xlabel("PA − TWAP (bps), paired, interval clustered by day")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """The run's forest plot (``results.png``): each row's PA − TWAP and shortfall − TWAP
+    with its interval, one panel per dataset and reported split (test days of the training
+    symbols, of the held-out symbols, in the propagator market)."""
+    plot_forest(forest_panels(results), path)
     return path
