@@ -196,7 +196,7 @@ def _describe(exc: BaseException) -> str:
     return f"{prefix}{type(exc).__name__}: {message}".rstrip(": ")
 
 
-def _trial_inputs(batch_size: int):
+def trial_inputs(batch_size: int):
     """Real transitions and observations from the shipped US sample (validation days)."""
     import jax
     import jax.numpy as jnp
@@ -623,7 +623,7 @@ def run(request: dict, ready=lambda: None) -> dict:
         from llm.validate import restricted
         from llm.validate.static import StaticError, check_static
 
-        env, params, prev, action, nxt, obs = _trial_inputs(int(limits.get("batch_size", 64)))
+        env, params, prev, action, nxt, obs = trial_inputs(int(limits.get("batch_size", 64)))
         default = _default_program(kind, env, params, prev, action, nxt, obs)
         guard.read_roots = _read_roots()
     except Exception as e:  # the harness itself failed: not the candidate's fault

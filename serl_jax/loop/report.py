@@ -36,7 +36,8 @@ from serl_jax.experiment import (
     score_reward,
 )
 from serl_jax.loop.agents_evaluation import agents_market, evaluation_profile
-from serl_jax.loop.outer import REFERENCE_ID, LoopOutcome, paired_with_reference
+from serl_jax.loop.novelty import novelty
+from serl_jax.loop.outer import REFERENCE_ID, SLOTS, LoopOutcome, paired_with_reference
 from serl_jax.loop.store import Candidate, RunStore
 from serl_jax.metrics import format_table, price_advantage, shortfall
 from serl_jax.plots import plot_loop_progress
@@ -348,6 +349,7 @@ def write_report(
         "top": [c.id for c in ranked[:top]],
         "test": test_entry,
         "best_vs_default": best_vs_default,
+        **novelty(cands, {row["id"]: row["prompt"] for row in store.prompts()}, SLOTS),
     }
     (store.root / "report.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
     (store.root / "results.txt").write_text(table + "\n")
@@ -378,6 +380,10 @@ def write_report(
             or "no candidate sent back"
         )
         + ".",
+        "",
+        f"Novelty: copy rate {summary['copy_rate']:.0%}, functional duplicate rate "
+        f"{summary['duplicate_rate']:.0%}, {summary['distinct_valid']} distinct valid "
+        "program(s).",
         "",
         f"Candidates are ranked by their mean validation {label} (`loop.score`).",
         "",

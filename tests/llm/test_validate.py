@@ -214,11 +214,11 @@ def test_time_factor_is_the_limit_used(runtime_results):
 def test_reward_scale_limit_is_the_one_used_and_reports_the_largest_reward(runtime_results):
     """The default reward passes the default limit (1e4) and is refused at 1.0, with its
     largest one-step reward on the trial transitions, computed here outside the sandbox."""
-    from llm.validate._child import _trial_inputs
+    from llm.validate._child import trial_inputs
     from serl_jax.components.reward import total_reward
     from serl_jax.envs.execution import default_reward
 
-    _, params, prev, action, nxt, _ = _trial_inputs(TEST_LIMITS.batch_size)
+    _, params, prev, action, nxt, _ = trial_inputs(TEST_LIMITS.batch_size)
     values = jax.vmap(lambda p, a, n: total_reward(default_reward(p, a, n, params)))(
         prev, action, nxt
     )
