@@ -9,7 +9,10 @@ the peak memory. ``--prefill shared,generate`` times each batch size both ways w
 same seed (the backend reseeded; in bfloat16 the samples part after some tokens, so
 compare tokens/s): the backend's shared prefill (each distinct prompt run
 through the model once, its cache copied to the K completions) against ``model.generate``
-alone (which prefills the prompt once per completion), and prints the ratio. With
+alone (which prefills the prompt once per completion), and prints the ratio. Before the
+table it times the prompt processing alone (:func:`time_prefill`: the one-row forward the
+shared prefill runs per distinct prompt) in prompt tokens/s; the table's ``decode tok/s``
+is then, for a shared-prefill call, its new tokens over its seconds less that prefill. With
 ``--lora-samples N`` it then times one low-level DEK update
 (:meth:`llm.dek.low_level.LowLevelDEK.update`, the default LoRA settings) on N of the
 completions it generated: what a ``--dek low`` run adds per outer iteration, one
@@ -167,8 +170,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(backend.prompt_token_ids(prompt))} tokens; temperature {args.temperature}, "
               f"max_new_tokens {args.max_new_tokens}")  # fmt: skip
         backend.generate([prompt], n=1, temperature=args.temperature, max_new_tokens=8)  # warm-up
+        prompt_tokens, prefill_s = time_prefill(backend, prompt, args.repeats)
+        print(f"prefill: {prompt_tokens:,} prompt tokens in {prefill_s:.2f} s (one row, best of "
+              f"{args.repeats}): {prompt_tokens / prefill_s:.1f} prompt tokens/s")  # fmt: skip
         print(f"{'K':>3} | {'prefill':>8} | {'tokens':>7} | {'s':>7} | {'tokens/s':>9} | "
-              f"{'per completion':>14} | {'s per completion':>16} | peak GB")  # fmt: skip
+              f"{'decode tok/s':>12} | {'per completion':>14} | {'s per completion':>16} | "
+              f"peak GB")  # fmt: skip
         completions = []
         for k in (int(b) for b in args.batch.split(",")):
             for repeat in range(args.repeats):
@@ -188,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                     s = seconds[mode] = time.perf_counter() - t
                     completions += rows
                     tokens = sum(len(c.token_ids) for c in rows)
+                    decode = f"{tokens / (s - prefill_s):.1f}" if mode == "shared" else "-"
                     print(f"{k:>3} | {mode:>8} | {tokens:>7,} | {s:>7.1f} | {tokens / s:>9.1f} | "
-                          f"{tokens / k / s:>14.1f} | {s / k:>16.2f} | "
+                          f"{decode:>12} | {tokens / k / s:>14.1f} | {s / k:>16.2f} | "
                           f"{peak_memory_gb(device):.2f}", flush=True)  # fmt: skip
                 if len(seconds) == 2:
                     ratio = seconds["generate"] / seconds["shared"]
@@ -197,6 +205,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.lora_samples:
             time_lora_update(backend, prompt, completions[-args.lora_samples :])
     return 0
+
+
+def time_prefill(backend: HFBackend, prompt: str, repeats: int) -> tuple[int, float]:
+    """``(prompt tokens, seconds)`` of the shared prefill of ``prompt`` (one row: all its
+    tokens but the last, through :meth:`HFBackend._prefill`), the fastest of ``repeats``
+    (at least one) timed runs."""
+    batch = backend.tokenizer(
+        [backend.format_prompt(prompt)],
+        add_special_tokens=not backend.uses_chat_template,
+        return_tensors="pt",
+    ).to(backend.device)
+    best = float("inf")
+    for _ in range(max(repeats, 1)):
+        if backend.device.type == "cuda":
+            torch.cuda.synchronize(backend.device)
+        t = time.perf_counter()
+        backend._prefill(batch["input_ids"], batch["attention_mask"])
+        if backend.device.type == "cuda":
+            torch.cuda.synchronize(backend.device)
+        best = min(best, time.perf_counter() - t)
+    return batch["input_ids"].shape[1] - 1, best
 
 
 def time_lora_update(backend: HFBackend, prompt: str, completions: list) -> None:

@@ -1,0 +1,150 @@
+"""The hf backend's shared prompt prefix (``HFBackend(share_prefill=True)``, the default).
+
+Each distinct prompt of a call is run through the model once (all its tokens but the last)
+and the resulting ``DynamicCache`` is expanded to the rows that continue it
+(``DynamicCache.reorder_cache``), which ``model.generate`` then extends; ``share_prefill=False``
+leaves the prefill to ``model.generate``, which repeats the prompt once per completion.
+Checked on two tiny random float32 models built offline: a Qwen2 (the architecture of the
+Qwen2.5-Coder designers) and the Llama of ``tests/llm/tiny_lm.py``, both 2 layers, hidden
+size 32, with the byte-level BPE tokenizer of ``tiny_lm.tiny_tokenizer``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tiny_lm import BOS_ID, EOS_ID, PAD_ID, build_tiny_lm, tiny_tokenizer  # noqa: E402
+from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+from llm.backends.hf import HFBackend  # noqa: E402
+
+#: Two prompts of different token lengths, so the batch is left-padded.
+PROMPTS = ["def reward(obs, action):", "Write a network that maps the observation to a value."]
+MAX_NEW = 12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One torch thread: the models are tiny, and intra-op threads on a busy machine make
+    each step much slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _build_tiny_qwen2(directory):
+    """A 2-layer Qwen2 (hidden 32, 4 heads, 2 KV heads) with random weights, float32."""
+    tokenizer = tiny_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config).eval()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def model_dir(request, tmp_path_factory):
+    """A tiny model folder of each architecture."""
+    directory = tmp_path_factory.mktemp(request.param)
+    if request.param == "qwen2":
+        return _build_tiny_qwen2(directory)
+    return build_tiny_lm(directory)
+
+
+def _backends(model_dir, seed: int = 0) -> tuple[HFBackend, HFBackend]:
+    """``(cached prefix, uncached)`` backends on the same weights and seed."""
+    return (
+        HFBackend(str(model_dir), seed=seed),
+        HFBackend(str(model_dir), seed=seed, share_prefill=False),
+    )
+
+
+def _token_ids(rows) -> list[list[tuple[int, ...]]]:
+    return [[c.token_ids for c in row] for row in rows]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_greedy_tokens_with_a_cached_prefix_equal_the_uncached_ones(model_dir, n):
+    """Greedy decoding from the cached prefix gives the uncached tokens and
+    log-probabilities, for two left-padded prompts and for one prompt repeated ``n`` times
+    (one prefill row expanded to ``n`` cache rows)."""
+    cached, uncached = _backends(model_dir)
+    for prompts in (PROMPTS, [PROMPTS[0]] * n):
+        got = cached.generate_with_logprobs(prompts, n=n, temperature=0, max_new_tokens=MAX_NEW)
+        want = uncached.generate_with_logprobs(prompts, n=n, temperature=0, max_new_tokens=MAX_NEW)
+        assert [len(row) for row in got] == [n] * len(prompts)
+        assert _token_ids(got) == _token_ids(want)
+        for row, reference in zip(got, want, strict=True):
+            for c, r in zip(row, reference, strict=True):
+                assert len(c.token_ids) == MAX_NEW or c.token_ids[-1] == EOS_ID
+                assert c.token_logprobs == pytest.approx(r.token_logprobs, abs=1e-5)
+    # every completion of the repeated prompt is the same greedy sequence
+    assert len({c.token_ids for row in got for c in row}) == 1
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_sampled_calls_return_n_completions_reproducibly(model_dir, n):
+    """With a fixed seed, a sampled call returns ``n`` completions per prompt, the same
+    ones on a second backend with that seed, and (float32) those of the uncached path."""
+    cached, uncached = _backends(model_dir, seed=7)
+    again = HFBackend(str(model_dir), seed=7)
+    got = cached.generate_with_logprobs(PROMPTS, n=n, temperature=1.0, max_new_tokens=MAX_NEW)
+    assert [len(row) for row in got] == [n] * len(PROMPTS)
+    for row in got:
+        for c in row:
+            assert 1 <= len(c.token_ids) == len(c.token_logprobs) <= MAX_NEW
+    repeat = again.generate_with_logprobs(PROMPTS, n=n, temperature=1.0, max_new_tokens=MAX_NEW)
+    want = uncached.generate_with_logprobs(PROMPTS, n=n, temperature=1.0, max_new_tokens=MAX_NEW)
+    assert _token_ids(got) == _token_ids(repeat) == _token_ids(want)
+    texts = cached.generate(PROMPTS, n=n, temperature=1.0, max_new_tokens=MAX_NEW)
+    assert [len(row) for row in texts] == [n] * len(PROMPTS)
+
+
+def _forward_lengths(backend: HFBackend, prompts: list[str], n: int) -> list[tuple[int, int]]:
+    """``(rows, positions)`` of each model forward of one sampled call."""
+    shapes = []
+
+    def record(module, args, kwargs):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        shapes.append(tuple(ids.shape))
+
+    hook = backend.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        backend.generate(prompts, n=n, temperature=1.0, max_new_tokens=MAX_NEW)
+    finally:
+        hook.remove()
+    return shapes
+
+
+def test_the_prefill_runs_once_per_distinct_prompt(model_dir):
+    """With the cached prefix, one forward covers the prompts (one row per distinct prompt,
+    all tokens but the last) and every later forward is one position per row; uncached,
+    ``model.generate`` prefills ``len(prompts) * n`` full-length rows."""
+    cached, uncached = _backends(model_dir)
+    prompts, n = [PROMPTS[0], PROMPTS[1], PROMPTS[0]], 4
+    longest = max(len(cached.prompt_token_ids(p)) for p in prompts)
+    shapes = _forward_lengths(cached, prompts, n)
+    assert shapes[0] == (2, longest - 1)
+    assert all(shape == (len(prompts) * n, 1) for shape in shapes[1:])
+    assert len(shapes) <= MAX_NEW + 1  # the prefill, then at most one forward per new token
+    plain = _forward_lengths(uncached, prompts, n)
+    assert plain[0] == (len(prompts) * n, longest)
+    assert all(shape == (len(prompts) * n, 1) for shape in plain[1:])
