@@ -4,8 +4,8 @@ Each distinct prompt of a call is run through the model once (all its tokens but
 and the resulting ``DynamicCache`` is expanded to the rows that continue it
 (``DynamicCache.reorder_cache``), which ``model.generate`` then extends; ``share_prefill=False``
 leaves the prefill to ``model.generate``, which repeats the prompt once per completion.
-Checked on two tiny random float32 models built offline: a Qwen2 (the architecture of the
-Qwen2.5-Coder designers) and the Llama of ``tests/llm/tiny_lm.py``, both 2 layers, hidden
+Checked on two tiny random float32 models built offline by ``tests/llm/tiny_lm.py``: a
+Qwen2 (the architecture of the Qwen2.5-Coder designers) and a Llama, both 2 layers, hidden
 size 32, with the byte-level BPE tokenizer of ``tiny_lm.tiny_tokenizer``.
 """
 
@@ -16,8 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tiny_lm import BOS_ID, EOS_ID, PAD_ID, build_tiny_lm, tiny_tokenizer  # noqa: E402
-from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from tiny_lm import EOS_ID, build_tiny_lm  # noqa: E402
 
 from llm.backends.hf import HFBackend  # noqa: E402
 
@@ -36,37 +35,10 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def _build_tiny_qwen2(directory):
-    """A 2-layer Qwen2 (hidden 32, 4 heads, 2 KV heads) with random weights, float32."""
-    tokenizer = tiny_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        initializer_range=0.2,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config).eval()
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
 @pytest.fixture(scope="module", params=["qwen2", "llama"])
 def model_dir(request, tmp_path_factory):
     """A tiny model folder of each architecture."""
-    directory = tmp_path_factory.mktemp(request.param)
-    if request.param == "qwen2":
-        return _build_tiny_qwen2(directory)
-    return build_tiny_lm(directory)
+    return build_tiny_lm(tmp_path_factory.mktemp(request.param), architecture=request.param)
 
 
 def _backends(model_dir, seed: int = 0) -> tuple[HFBackend, HFBackend]:

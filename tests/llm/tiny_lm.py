@@ -36,6 +36,8 @@ from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
 )
 
 __all__ = ["BOS_ID", "CHAT_TEMPLATE", "EOS_ID", "PAD_ID", "build_tiny_lm", "tiny_tokenizer"]
@@ -102,7 +104,8 @@ def build_tiny_lm(
         directory: the model folder (created if missing; existing files are overwritten).
         chat_template: give the tokenizer :data:`CHAT_TEMPLATE`, so the hf backend formats
             prompts as chat messages.
-        architecture: ``"llama"`` (``LlamaForCausalLM``) or ``"gpt2"`` (``GPT2LMHeadModel``).
+        architecture: ``"llama"`` (``LlamaForCausalLM``), ``"qwen2"``
+            (``Qwen2ForCausalLM``) or ``"gpt2"`` (``GPT2LMHeadModel``).
         seed: torch seed of the random weights (the global RNG state is restored after).
         vocab_size: see :func:`tiny_tokenizer`.
 
@@ -115,8 +118,13 @@ def build_tiny_lm(
     directory = Path(directory)
     tokenizer = tiny_tokenizer(vocab_size)
     ids = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
-    if architecture == "llama":
-        config = LlamaConfig(
+    decoder = {  # llama and qwen2: the same 2-layer decoder (grouped-query attention)
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    }
+    if architecture in decoder:
+        config_class, model_class = decoder[architecture]
+        config = config_class(
             vocab_size=len(tokenizer),
             hidden_size=32,
             intermediate_size=64,
@@ -127,7 +135,6 @@ def build_tiny_lm(
             initializer_range=0.2,
             **ids,
         )
-        model_class = LlamaForCausalLM
     elif architecture == "gpt2":
         config = GPT2Config(
             vocab_size=len(tokenizer),
@@ -140,7 +147,7 @@ def build_tiny_lm(
         )
         model_class = GPT2LMHeadModel
     else:
-        raise ValueError(f"unknown architecture {architecture!r} (use 'llama' or 'gpt2')")
+        raise ValueError(f"unknown architecture {architecture!r} (use 'llama', 'qwen2' or 'gpt2')")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_class(config).eval()
