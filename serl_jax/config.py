@@ -446,6 +446,97 @@ class LoopConfig:
     compilation_cache: bool = True
 
 
+#: The stages of the search's evaluation cascade (``search.stages``), in order.
+SEARCH_STAGES = ("validation", "trial", "short", "full")
+#: The designer's search prompts (``search.prompt_mix`` weighs them in this order).
+SEARCH_PROMPT_KINDS = ("better", "form", "parameters", "crossover")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """The SE-RL loop as a search (:mod:`serl_jax.loop.search`): an evaluation cascade,
+    islands of scored programs and best-shot prompts, run until a budget is spent.
+
+    Attributes:
+        enabled: run the search instead of the outer loop's iterations (``train
+            --budget-minutes`` or ``--budget-candidates`` turn it on). The budget, not
+            ``loop.iterations`` or the EMA test, ends the run.
+        budget_candidates: the most designed candidates (retries included, the reference
+            and library seeds not).
+        budget_minutes: wall minutes after which no new round starts (a round under way
+            finishes, so a run takes about this long; ``.inf``: no time budget).
+        round_candidates: candidates designed per round (one designer call).
+        stages: the cascade (successive halving, Li et al. 2018, "Hyperband"), a subset of
+            ``validation`` (the static checks), ``trial`` (the sandbox's trial run),
+            ``short`` (PPO for ``short_fraction`` of ``ppo.total_timesteps``) and ``full``
+            (the run's whole PPO budget), in that order; validation and trial always run,
+            and ``short`` or ``full`` (or both) scores.
+        short_fraction: the short stage's share of ``ppo.total_timesteps``, in (0, 1).
+        promote: the share of a round's short-stage candidates, best first, that go on to
+            full training, in (0, 1): ``max(1, floor(promote * n))`` of n.
+        islands: islands of the program database (FunSearch, Romera-Paredes et al. 2024).
+        island_capacity: programs kept per module on each island (the best by score).
+        shots: programs of its island a ``better`` prompt shows, in ascending score.
+        reset_every: rounds between island resets (the worse half re-seeded from the
+            better half's best programs); 0: never.
+        prompt_mix: weights of the prompt kinds ``better`` (best-shot: beat these),
+            ``form`` (a program of a different form), ``parameters`` (the best one's
+            structure, other parameters) and ``crossover`` (combine programs of two
+            islands), in that order (Liu et al. 2024, "Evolution of Heuristics").
+    """
+
+    def __post_init__(self):
+        if self.budget_candidates <= 0:
+            raise ValueError(f"search.budget_candidates: must be > 0, got {self.budget_candidates}")
+        if not self.budget_minutes > 0:
+            raise ValueError(f"search.budget_minutes: must be > 0, got {self.budget_minutes}")
+        unknown = [s for s in self.stages if s not in SEARCH_STAGES]
+        if unknown:
+            raise ValueError(
+                f"search.stages: unknown stage {unknown[0]!r}; expected some of "
+                f"{list(SEARCH_STAGES)}"
+            )
+        if list(self.stages) != [s for s in SEARCH_STAGES if s in self.stages]:
+            raise ValueError(
+                f"search.stages: expected them in the order {list(SEARCH_STAGES)}, "
+                f"got {list(self.stages)}"
+            )
+        if not {"validation", "trial"} <= set(self.stages) or not {"short", "full"} & set(
+            self.stages
+        ):
+            raise ValueError(
+                "search.stages: validation and trial always run, with short or full "
+                f"(or both); got {list(self.stages)}"
+            )
+        for key in ("short_fraction", "promote"):
+            if not 0.0 < getattr(self, key) < 1.0:
+                raise ValueError(f"search.{key}: must be in (0, 1), got {getattr(self, key)}")
+        for key in ("round_candidates", "islands", "island_capacity", "shots"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"search.{key}: must be >= 1, got {getattr(self, key)}")
+        if self.reset_every < 0:
+            raise ValueError(f"search.reset_every: must be >= 0, got {self.reset_every}")
+        mix = self.prompt_mix
+        if len(mix) != len(SEARCH_PROMPT_KINDS) or min(mix) < 0 or sum(mix) <= 0:
+            raise ValueError(
+                f"search.prompt_mix: expected {len(SEARCH_PROMPT_KINDS)} weights >= 0 "
+                f"({', '.join(SEARCH_PROMPT_KINDS)}) with a positive sum, got {list(mix)}"
+            )
+
+    enabled: bool = False
+    budget_candidates: int = 1000
+    budget_minutes: float = float("inf")
+    round_candidates: int = 32
+    stages: tuple[str, ...] = SEARCH_STAGES
+    short_fraction: float = 0.25
+    promote: float = 0.125
+    islands: int = 4
+    island_capacity: int = 8
+    shots: int = 3
+    reset_every: int = 4
+    prompt_mix: tuple[float, ...] = (0.5, 0.2, 0.2, 0.1)
+
+
 DEK_LEVELS = ("off", "high", "low", "both")
 
 
@@ -703,6 +794,7 @@ class Config:
     network: NetworkConfig = NetworkConfig()
     eval: EvalConfig = EvalConfig()
     loop: LoopConfig = LoopConfig()
+    search: SearchConfig = SearchConfig()
     dek: DekConfig = DekConfig()
     market: MarketConfig = MarketConfig()
     lob: LobConfig = LobConfig()
@@ -732,6 +824,7 @@ class Config:
             "network": plain(dataclasses.asdict(self.network)),
             "eval": plain(dataclasses.asdict(self.eval)),
             "loop": plain(dataclasses.asdict(self.loop)),
+            "search": plain(dataclasses.asdict(self.search)),
             "dek": plain(dataclasses.asdict(self.dek)),
             "market": plain(dataclasses.asdict(self.market)),
             "lob": plain(dataclasses.asdict(self.lob)),
@@ -841,6 +934,7 @@ _SECTIONS = {
     "network": NetworkConfig,
     "eval": EvalConfig,
     "loop": LoopConfig,
+    "search": SearchConfig,
     "dek": DekConfig,
     "market": MarketConfig,
     "lob": LobConfig,
@@ -887,6 +981,12 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
             cfg.impact.check_round_trips()
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    if cfg.search.enabled and cfg.loop.llm.strip().lower() == "none":
+        raise ConfigError("search.enabled: the search needs a designer; set --llm (loop.llm)")
+    if cfg.search.enabled and cfg.marl.agents > 1:
+        raise ConfigError(
+            f"search.enabled: the search designs for one agent; got marl.agents={cfg.marl.agents}"
+        )
     if cfg.loop.score == "mean_variance" and cfg.marl.agents > 1:
         raise ConfigError(
             "loop.score=mean_variance: the mean-variance objective scores one agent (marl.agents=1)"

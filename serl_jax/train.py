@@ -54,9 +54,16 @@ Usage::
                              [--env static|dynamic|hybrid|propagator]
                              [--data PATH] [--out DIR] [--seed N] [--quiet] [--verbose]
                              [--wide] [section.key=value ...]
+    python -m serl_jax.train --budget-minutes M [--budget-candidates N] [...]
     python -m serl_jax.train --llm none --agents N [--marl ippo|mappo]
                              [--scenario independent|team] [--comm] [...]
     python -m serl_jax.train --resume RUN_DIR [--quiet] [--verbose] [--wide]
+
+``--budget-minutes M`` or ``--budget-candidates N`` runs the loop as a search
+(:mod:`serl_jax.loop.search`, ``search.enabled``): rounds of best-shot prompts over islands
+of scored programs, each candidate through the cascade validation -> sandbox trial ->
+short training -> full training for the best share, until M minutes or N designed
+candidates are spent; ``report.json`` counts the candidates of each stage.
 
 Overrides may stand anywhere among the flags (:func:`serl_jax.cli.parse_command_line`).
 The results table printed at the end fits 120 columns (:func:`serl_jax.metrics.format_table`:
@@ -137,6 +144,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the agents send messages (marl.communication; default program linear_message)",
     )
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        metavar="M",
+        help="run the SE-RL loop as a search (search.enabled) for about M minutes "
+        "(search.budget_minutes)",
+    )
+    parser.add_argument(
+        "--budget-candidates",
+        type=int,
+        metavar="N",
+        help="run the SE-RL loop as a search of at most N designed candidates "
+        "(search.budget_candidates)",
+    )
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue an SE-RL run folder")
     parser.add_argument("--data", help="one dataset (folder or file) instead of the samples")
     parser.add_argument("--out", help="parent folder of run folders (default: run.out)")
@@ -154,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         "dek.level": args.dek, "market.mode": args.env,
         "run.seed": args.seed, "run.out": args.out,
         "marl.agents": args.agents, "marl.algorithm": args.marl, "marl.scenario": args.scenario,
+        "search.budget_minutes": args.budget_minutes,
+        "search.budget_candidates": args.budget_candidates,
     }  # fmt: skip
+    if args.budget_minutes is not None or args.budget_candidates is not None:
+        flags["search.enabled"] = True
     if args.agents is not None and args.agents > 1 and args.env is None:
         flags["market.mode"] = "dynamic"  # the agents' default market (--env hybrid: both)
     if args.env == "propagator":

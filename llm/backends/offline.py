@@ -12,7 +12,8 @@ in the format a model would: one line saying what it did, then the code in a fen
     [[completion]] = designer.generate([prompt], n=1, temperature=0.8)
     # "Mutated j2-c3 (PA -12.40 bps): CONCENTRATION 100.0 -> 63.2\\n```python\\n...```"
 
-What it reads from a prompt (the contract of :mod:`llm.prompts.builder`):
+What it reads from a prompt (the contract of :mod:`llm.prompts.builder` and
+:mod:`llm.prompts.search`):
 
 - the module: the first line ``MODULE: LLM4Reward`` (reward slot), ``MODULE: LLM4Agent``
   (network slot), ``MODULE: LLM4Imagine`` (imagination slot), ``MODULE: LLM4Profiling``
@@ -20,15 +21,20 @@ What it reads from a prompt (the contract of :mod:`llm.prompts.builder`):
   ``MODULE: InstructionRefinement`` (:data:`MODULES`); a prompt without one is refused
   with :class:`BackendError`.
 - past candidates: a line ``### Candidate <id> | <score> <float> bps [| key value ...]``
-  (``<score>`` is ``PA`` or ``shortfall``, the run's ``loop.score``; higher is better)
+  (``<score>`` is ``PA``, ``shortfall`` or ``mean-variance``, the run's ``loop.score``;
+  higher is better)
   followed (after optional text lines) by a fenced ``python`` block with the candidate's
   code (the block must come before the next markdown heading). Other python blocks (e.g.
   the default implementation) are not candidates. A candidate whose code fails the
   validator's static stage for the module's slot is never a parent, a header whose score
   does not parse as a number is ignored, a non-finite score (``nan``) ranks last, and of
   two entries with the same id the later one counts.
+- the search operator: the last line ``SEARCH: <kind>`` outside fenced blocks
+  (:data:`SEARCH_KINDS`: ``better``, ``form``, ``parameters``, ``crossover``); none, or
+  another word, reads as ``better``.
 
-What it answers, per completion:
+What it answers, per completion, for ``better`` (and design prompts, which have no
+``SEARCH`` line):
 
 - Exploitation, with probability ``1 - explore`` when the prompt has usable candidates:
   a parent is chosen by a size-``tournament`` tournament (draw ``tournament`` candidates
@@ -38,6 +44,29 @@ What it answers, per completion:
   its tunable constants perturbed with probability 1/2 (at least one); a network also
   gets the ``depth``, ``activation`` and ``anchor`` operators below with probability 0.3
   each.
+
+For the other search operators (``explore`` is not used; a prompt without usable
+candidates is always answered by exploration):
+
+- ``form``: exploration, a perturbed library program as above.
+- ``parameters``: the tournament parent mutated by ``constants`` only, without lifting
+  ``params`` fields into constants: only numbers change.
+- ``crossover``: for rewards, the better of the first two usable candidates (on a tie the
+  first) gets one term of the other's returned dict that it lacks, drawn uniformly among
+  those that carry cleanly, with what the term reads in the other program and the better
+  one lacks in the same form: helper assignments of ``reward`` (inserted before its
+  ``return``), numeric module constants (after its constants), plain helper functions
+  (before ``def reward``) and imports (before its first import). Assignments, constants
+  and helpers whose name the better program uses already are renamed
+  (``<term>_<name>``, ``<NAME>_<TERM>``, ``<name>_<term>``); the description line starts
+  with ``Crossed`` and names what was carried. A term that reads a name bound twice, in a
+  branch, as a class or a non-numeric module value, or a helper with decorators or nested
+  scopes, or an import or builtin the better program binds otherwise, does not carry;
+  when no term does (or the two take different arguments,
+  or the better one has :data:`MAX_TERMS` terms), the answer is a normal mutation of the
+  tournament parent and its description line says ``no crossover (<why>)``. For the other
+  slots, crossover is a normal mutation of the tournament parent (their programs have no
+  terms to exchange), and the description line says so.
 
 Mutation operators, applied to the code through :mod:`ast` (the tree locates the nodes;
 edits are spliced into the source at the nodes' positions, so comments and layout
@@ -82,10 +111,11 @@ it is retried (``max_retries`` times), then the parent is returned unmutated (an
 description line says so).
 
 ``temperature`` scales the mutation size: ``sigma = 0.5 * temperature`` (capped at 2).
-``temperature = 0`` is greedy, as for a model: no sampling at all, every completion is the
-highest-scoring usable candidate unchanged, or the first library program (the framework's
-default, ``pa_penalty`` / ``separate_mlp`` / ``volatility_scale`` / ``independent_days`` /
-``linear_message``) unchanged when there is none.
+``temperature = 0`` is greedy, as for a model, whatever the search operator: no sampling
+at all, every completion is the highest-scoring usable candidate unchanged, or the first
+library program (the framework's default, ``pa_penalty`` / ``separate_mlp`` /
+``volatility_scale`` / ``independent_days`` / ``linear_message``) unchanged when there is
+none.
 
 Instruction refinement (``MODULE: InstructionRefinement``): the prompt lists past
 instructions as ``### Instruction <id> | <score> <float> bps`` each followed by a ``text``
@@ -105,11 +135,12 @@ order). ``max_new_tokens`` is ignored (programs are short).
 from __future__ import annotations
 
 import ast
+import copy
 import math
 import random
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -117,7 +148,14 @@ from llm.backends.base import Backend, BackendError
 from llm.designs import Design, RewardTerm, library, reward_terms
 from llm.validate.static import CLASS_ENTRY_POINTS, StaticError, check_static
 
-__all__ = ["INSTRUCTION_HINTS", "MODULES", "Candidate", "OfflineDesigner", "parse_candidates"]
+__all__ = [
+    "INSTRUCTION_HINTS",
+    "MODULES",
+    "SEARCH_KINDS",
+    "Candidate",
+    "OfflineDesigner",
+    "parse_candidates",
+]
 
 #: Prompt module name -> slot kind (``None``: instruction refinement).
 MODULES: dict[str, str | None] = {
@@ -176,10 +214,16 @@ LIFTABLE_PARAMS: dict[str, tuple[str, float]] = {
     "terminal_penalty_bps": ("TERMINAL_BPS", 100.0),
 }
 
+#: The search operators a prompt may name on a ``SEARCH: <kind>`` line (as
+#: ``llm.prompts.search.SEARCH_PROMPT_KINDS``; not imported, to keep JAX out of here).
+SEARCH_KINDS: tuple[str, ...] = ("better", "form", "parameters", "crossover")
+
 _MODULE_LINE = re.compile(r"^MODULE:[ \t]*(\S+)[ \t]*$")
+_SEARCH_LINE = re.compile(r"^SEARCH:[ \t]*(\S+)[ \t]*$")
+# score labels: serl_jax.config.LOOP_SCORES's values
 _HEADER = re.compile(
-    r"^###[ \t]+(Candidate|Instruction)[ \t]+([^\s|]+)[ \t]*\|[ \t]*(PA|shortfall)[ \t]+(\S+)"
-    r"[ \t]+bps\b(.*)$"
+    r"^###[ \t]+(Candidate|Instruction)[ \t]+([^\s|]+)[ \t]*\|[ \t]*(PA|shortfall|mean-variance)"
+    r"[ \t]+(\S+)[ \t]+bps\b(.*)$"
 )
 _HEADING = re.compile(r"^#{1,6}[ \t]")
 _FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)")
@@ -211,6 +255,19 @@ class Candidate:
     score: float
     code: str
     label: str = "PA"
+
+
+def _search_kind(prompt: str) -> str:
+    """The kind on the last ``SEARCH: <kind>`` line outside fenced blocks (:data:`SEARCH_KINDS`;
+    ``better`` when there is none or it names another)."""
+    lines = prompt.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    inside = {k for start, end, _ in _fenced_blocks(lines) for k in range(start, end + 1)}
+    kind = "better"
+    for i, line in enumerate(lines):
+        m = _SEARCH_LINE.match(line)
+        if m and i not in inside:
+            kind = m.group(1) if m.group(1) in SEARCH_KINDS else "better"
+    return kind
 
 
 def _module(prompt: str) -> str:
@@ -503,10 +560,18 @@ _Edit = tuple[str, str]  # (new source, description)
 
 
 def _op_constants(
-    code: str, tree: ast.Module, kind: str, sigma: float, rng: random.Random, *, fresh: bool = False
+    code: str,
+    tree: ast.Module,
+    kind: str,
+    sigma: float,
+    rng: random.Random,
+    *,
+    fresh: bool = False,
+    lift: bool = True,
 ) -> _Edit | None:
     """Perturbs tunable constants (one or two; in ``fresh`` mode each with probability 1/2,
-    at least one), possibly lifting a reward's ``params.<field>`` into a constant."""
+    at least one), possibly (with ``lift``) lifting a reward's ``params.<field>`` into a
+    constant."""
     # A network's depths and prior anchor are the ``depth`` and ``anchor`` operators' (one
     # mutation never moves them twice).
     anchor = f"Network.{PRIOR_ANCHOR_FIELD}"
@@ -517,7 +582,7 @@ def _op_constants(
     ]
     if not sites:
         sites = _inline_sites(tree, kind)
-    lifts = _lift_sites(tree) if kind == "reward" else []
+    lifts = _lift_sites(tree) if kind == "reward" and lift else []
     pool: list[_Site | str] = [*sites, *lifts]
     if not pool:
         return None
@@ -643,21 +708,47 @@ def _op_add_term(
         return None
     term: RewardTerm = rng.choice(options)
     src = _Source(code)
-    edits = []
-    new_constants = [c for c in term.constants if c[0] not in defined]
-    if new_constants:
+    constants = [
+        f"{name} = {value}  # {comment}"
+        for name, value, comment in term.constants
+        if name not in defined
+    ]
+    edits = _term_edits(src, tree, ret, term.key, term.value, term.statements, constants)
+    return src.apply(edits), f"added term '{term.key}' ({term.summary})"
+
+
+def _term_edits(
+    src: _Source,
+    tree: ast.Module,
+    ret: ast.Return,
+    key: str,
+    value: str,
+    statements: Sequence[str],
+    constants: Sequence[str] = (),
+    module_lines: Sequence[tuple[int, str]] = (),
+) -> list[tuple[int, int, str]]:
+    """The edits that add a term to a reward's returned dict: its module constants (lines,
+    after the program's constants), its helper statements (unindented lines, before the
+    ``return``) and ``"key": value`` after the dict's last entry. ``module_lines`` are more
+    ``(offset, text)`` insertions (imports, functions); text for one offset is joined in
+    the order given, after the constants when it is their offset."""
+    inserts: dict[int, list[str]] = {}
+    if constants:
         at, prefix = _constants_anchor(tree, src)
-        text = "".join(f"{name} = {value}  # {comment}\n" for name, value, comment in new_constants)
-        edits.append((at, at, prefix + text))
+        inserts.setdefault(at, []).append(prefix + "".join(f"{c}\n" for c in constants))
+    for at, text in module_lines:
+        inserts.setdefault(at, []).append(text)
+    # one edit per offset: _Source.apply leaves the order of equal offsets unspecified
+    edits = [(at, at, "".join(parts)) for at, parts in inserts.items()]
     indent = " " * ret.col_offset
     at = src.line_start(ret.lineno)
-    edits.append((at, at, "".join(f"{indent}{s}\n" for s in term.statements)))
+    edits.append((at, at, "".join(f"{indent}{s}\n" for s in statements)))
     last_key, last_value = ret.value.keys[-1], ret.value.values[-1]
     multiline = last_key.lineno != ret.value.lineno
     sep = ",\n" + " " * last_key.col_offset if multiline else ", "
     end = src.end(last_value)
-    edits.append((end, end, f'{sep}"{term.key}": {term.value}'))
-    return src.apply(edits), f"added term '{term.key}' ({term.summary})"
+    edits.append((end, end, f'{sep}"{key}": {value}'))
+    return edits
 
 
 def _op_drop_term(
@@ -841,6 +932,361 @@ def _static_ok(code: str, kind: str) -> bool:
     return True
 
 
+def _op_parameters(
+    code: str, tree: ast.Module, kind: str, sigma: float, rng: random.Random
+) -> _Edit | None:
+    """``constants`` without lifting ``params`` fields into constants: only numbers change
+    (``SEARCH: parameters``)."""
+    return _op_constants(code, tree, kind, sigma, rng, lift=False)
+
+
+# --------------------------------------------------------------------------- crossover
+
+
+class _NoCrossover(Exception):
+    """Why no term of one reward can be carried into another (one line)."""
+
+
+# Nodes that open a scope or bind by expression: code holding one is not carried (its
+# names would need scope analysis the renaming below does not do).
+_NESTED = (
+    ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Global, ast.Nonlocal,
+)  # fmt: skip
+
+
+def _flat(node: ast.AST) -> bool:
+    return not any(isinstance(n, _NESTED) for n in ast.walk(node))
+
+
+def _flat_function(node: ast.FunctionDef) -> bool:
+    """A plain helper function: no decorators, no nested scopes in its defaults or body."""
+    args = node.args
+    parts = [*node.body, *args.defaults, *(d for d in args.kw_defaults if d is not None)]
+    return not node.decorator_list and all(_flat(p) for p in parts)
+
+
+def _loaded(node: ast.AST) -> list[str]:
+    """The names ``node`` reads, sorted (never hash order)."""
+    names = {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    return sorted(names)
+
+
+def _binds(stmt: ast.stmt) -> list[str]:
+    """The names a statement binds in its own scope (not inside nested definitions)."""
+    out, todo = [], [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.append(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            out.append(node.id)
+        elif isinstance(node, ast.alias):
+            out.append(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.append(node.name)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _arg_names(args: ast.arguments) -> set[str]:
+    every = (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg)
+    return {x.arg for x in every if x is not None}
+
+
+def _own_names(func: ast.FunctionDef) -> set[str]:
+    """The names local to a function: its arguments and what its body binds."""
+    return _arg_names(func.args) | {name for stmt in func.body for name in _binds(stmt)}
+
+
+def _free(func: ast.FunctionDef) -> list[str]:
+    """The names a helper function reads from the module, sorted."""
+    own = _own_names(func)
+    return [n for n in _loaded(func) if n not in own]
+
+
+def _import_text(stmt: ast.Import | ast.ImportFrom, name: str) -> str:
+    """The one-name import statement that binds ``name`` as ``stmt`` does."""
+    alias = next(a for a in stmt.names if (a.asname or a.name.split(".")[0]) == name)
+    if isinstance(stmt, ast.Import):
+        return ast.unparse(ast.Import(names=[alias]))
+    return ast.unparse(ast.ImportFrom(module=stmt.module, names=[alias], level=stmt.level))
+
+
+class _Reward:
+    """A dict-form reward program, parsed for crossover.
+
+    Raises:
+        _NoCrossover: it has no ``reward`` returning a dict of named terms.
+    """
+
+    def __init__(self, code: str, label: str):
+        self.code, self.label = code, label
+        self.tree = ast.parse(code)
+        found = _dict_return(self.tree)
+        if found is None:
+            raise _NoCrossover(f"{label} does not return a dict of named terms")
+        self.func, self.ret = found
+        self.keys = [k.value for k in self.ret.value.keys]
+        self.args = _arg_names(self.func.args)
+        self.module: dict[str, list[ast.stmt]] = {}
+        for stmt in self.tree.body:
+            for name in _binds(stmt):
+                self.module.setdefault(name, []).append(stmt)
+        self.locals: dict[str, int] = {}  # name -> how many bindings in the reward
+        for stmt in self.func.body:
+            for name in _binds(stmt):
+                self.locals[name] = self.locals.get(name, 0) + 1
+        self.assigns: dict[str, ast.Assign] = {}  # one-name assignments before the return
+        for stmt in self.func.body[: self.func.body.index(self.ret)]:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                if isinstance(stmt.targets[0], ast.Name):
+                    self.assigns.setdefault(stmt.targets[0].id, stmt)
+        self.names = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name)}
+        self.names |= {x.arg for x in ast.walk(self.tree) if isinstance(x, ast.arg)}
+        self.names |= set(self.module) | set(self.locals)
+
+    def binding(self, name: str, in_reward: bool) -> tuple[str, ast.AST | str | None]:
+        """What ``name`` is where it is read (in the reward, or at module level):
+        ``("arg", None)``, ``("local", assignment)``, ``("constant", assignment)``,
+        ``("function", def)``, ``("import", its one-name import)``, ``("free", None)`` (a
+        builtin, or undefined) or ``("unclear", None)`` (bound twice, in a branch, or as
+        something else)."""
+        if in_reward and name in self.args:
+            return ("arg", None) if name not in self.locals else ("unclear", None)
+        if in_reward and name in self.locals:
+            stmt = self.assigns.get(name)
+            if self.locals[name] == 1 and stmt is not None and _flat(stmt):
+                return "local", stmt
+            return "unclear", None
+        stmts = self.module.get(name, [])
+        if not stmts:
+            return "free", None
+        stmt = stmts[0]
+        if len(stmts) > 1 or name == self.func.name:
+            return "unclear", None
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            return "import", _import_text(stmt, name)
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == name:
+            return "function", stmt
+        named = _target_name(stmt)
+        if named and named[0] == name and _number(named[1]) is not None:
+            return "constant", stmt
+        return "unclear", None
+
+
+class _Rename(ast.NodeTransformer):
+    """Renames the names of carried code: those local to its scope by ``local``, the
+    others (and function names) by ``module``."""
+
+    def __init__(self, scope: set[str], local: dict[str, str], module: dict[str, str]):
+        self.scope, self.local, self.module = scope, local, module
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        names = self.local if node.id in self.scope else self.module
+        node.id = names.get(node.id, node.id)
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.name = self.module.get(node.name, node.name)
+        self.generic_visit(node)
+        return node
+
+
+class _Transfer:
+    """What one of the donor's terms needs in the base program: the donor's helper
+    assignments, module constants, helper functions and imports it reads, directly or
+    through each other, that the base does not already have in the same form."""
+
+    def __init__(self, base: _Reward, donor: _Reward, key: str):
+        self.base, self.donor, self.key = base, donor, key
+        self.memo: dict[tuple[bool, str], bool] = {}
+        self.seen: set[tuple[bool, str]] = set()
+        self.carried: dict[tuple[bool, str], ast.stmt] = {}  # (local?, name) -> definition
+        self.imports: list[str] = []
+
+    def _local(self, name: str, in_reward: bool) -> bool:
+        return in_reward and (name in self.donor.locals or name in self.donor.args)
+
+    def same(self, name: str, in_reward: bool) -> bool:
+        """Whether ``name`` means the same in both programs (the same definition, all the
+        way down)."""
+        key = (in_reward, name)
+        if key not in self.memo:
+            self.memo[key] = False  # a recursive helper counts as different: carried
+            kind, mine = self.base.binding(name, in_reward)
+            theirs_kind, theirs = self.donor.binding(name, in_reward)
+            same = kind == theirs_kind and kind in ("arg", "free")
+            if kind == theirs_kind == "import":
+                same = mine == theirs
+            elif kind == theirs_kind == "constant":
+                same = ast.dump(mine.value) == ast.dump(theirs.value)
+            elif kind == theirs_kind == "local":
+                same = ast.dump(mine.value) == ast.dump(theirs.value) and all(
+                    self.same(n, True) for n in _loaded(theirs.value)
+                )
+            elif kind == theirs_kind == "function":
+                same = ast.dump(mine) == ast.dump(theirs) and all(
+                    self.same(n, False) for n in _free(theirs)
+                )
+            self.memo[key] = same
+        return self.memo[key]
+
+    def need(self, name: str, in_reward: bool) -> None:
+        """Plans carrying what ``name`` refers to in the donor.
+
+        Raises:
+            _NoCrossover: it cannot be carried cleanly.
+        """
+        key = (self._local(name, in_reward), name)
+        if key in self.seen or self.same(name, in_reward):
+            return
+        self.seen.add(key)
+        kind, node = self.donor.binding(name, in_reward)
+        if kind == "local":
+            for n in _loaded(node.value):
+                self.need(n, True)
+            self.carried[key] = node
+        elif kind == "constant":
+            self.carried[key] = node
+        elif kind == "function" and _flat_function(node):
+            for n in _free(node):
+                self.need(n, False)
+            self.carried[key] = node
+        elif kind == "import" and name not in self.base.names:
+            self.imports.append(node)
+        elif kind == "function":
+            raise _NoCrossover(
+                f"term '{self.key}' reads the helper '{name}', which has decorators or "
+                "nested scopes"
+            )
+        elif kind in ("import", "free"):
+            raise _NoCrossover(
+                f"term '{self.key}' reads '{name}', which {self.base.label} defines otherwise"
+            )
+        else:
+            raise _NoCrossover(
+                f"term '{self.key}' reads '{name}', which {self.donor.label} binds more than "
+                "once, in a branch or as something other than a constant, helper or import"
+            )
+
+    def edits(self, src: _Source) -> tuple[list[tuple[int, int, str]], list[str]]:
+        """The edits to the base program's source, and the names carried (as written in
+        it)."""
+        base, donor, key = self.base, self.donor, self.key
+        taken = base.names | donor.names
+        local_names: dict[str, str] = {}
+        module_names: dict[str, str] = {}
+        body, top = donor.func.body, donor.tree.body
+
+        def position(item):
+            (local, _), stmt = item
+            return (0, body.index(stmt)) if local else (1, top.index(stmt))
+
+        items = sorted(self.carried.items(), key=position)
+        for (local, name), _ in items:
+            if name not in base.names:
+                continue
+            stem = (
+                f"{key}_{name}" if local else f"{name}_{key.upper() if _UPPER.match(name) else key}"
+            )
+            new, i = stem, 2
+            while new in taken:
+                new, i = f"{stem}_{i}", i + 1
+            taken.add(new)
+            (local_names if local else module_names)[name] = new
+        in_reward = _Rename(donor.locals.keys() | donor.args, local_names, module_names)
+
+        def carried(node: ast.AST, rename: _Rename) -> str:
+            """The donor's text of ``node`` (comments and literals as written), or the
+            renamed code when a name in it changes."""
+            renamed = ast.unparse(rename.visit(copy.deepcopy(node)))
+            if renamed != ast.unparse(node):
+                return renamed
+            return ast.get_source_segment(donor.code, node) or renamed
+
+        statements, constants, functions = [], [], []
+        donor_src = _Source(donor.code)
+        for (local, name), stmt in items:
+            if local:
+                statements.append(carried(stmt, in_reward))
+            elif isinstance(stmt, ast.FunctionDef):
+                rename = _Rename(_own_names(stmt), {}, module_names)
+                functions.append(carried(stmt, rename) + "\n\n\n")
+            else:
+                after = donor_src.line_text(stmt.end_lineno).encode("utf-8")[stmt.end_col_offset :]
+                comment = after.decode().strip()
+                comment = f"  {comment}" if comment.startswith("#") else ""
+                node = _target_name(stmt)[1]
+                value = ast.get_source_segment(donor.code, node) or ast.unparse(node)
+                constants.append(f"{module_names.get(name, name)} = {value}{comment}")
+        value = carried(donor.ret.value.values[donor.keys.index(key)], in_reward)
+        module_lines = []
+        if self.imports:
+            first = next(
+                (s for s in base.tree.body if isinstance(s, ast.Import | ast.ImportFrom)), None
+            )
+            at = src.line_start(first.lineno) if first else 0
+            module_lines.append((at, "".join(f"{line}\n" for line in self.imports)))
+        if functions:
+            func = base.func
+            at = src.line_start(min([func.lineno, *(d.lineno for d in func.decorator_list)]))
+            module_lines.append((at, "".join(functions)))
+        edits = _term_edits(
+            src, base.tree, base.ret, key, value, statements, constants, module_lines
+        )
+        names = [*self.imports]
+        for (local, name), _ in items:
+            names.append((local_names if local else module_names).get(name, name))
+        return edits, names
+
+
+def _cross_rewards(base_code: str, donor_code: str, donor_id: str, rng: random.Random) -> _Edit:
+    """Adds one term of the donor reward that the base reward lacks, with what it needs
+    (:class:`_Transfer`); the term is drawn uniformly among those that carry cleanly.
+
+    Raises:
+        _NoCrossover: no term can be carried (the first reason found).
+    """
+    base = _Reward(base_code, "the better program")
+    donor = _Reward(donor_code, donor_id)
+    if ast.dump(base.func.args) != ast.dump(donor.func.args):
+        raise _NoCrossover("the two reward functions take different arguments")
+    if len(base.keys) >= MAX_TERMS:
+        raise _NoCrossover(f"the better program has {MAX_TERMS} terms, the most")
+    missing = [k for k in donor.keys if k not in base.keys]
+    if not missing:
+        raise _NoCrossover(f"{donor_id} has no term the better program lacks")
+    reason = None
+    for key in rng.sample(missing, len(missing)):
+        transfer = _Transfer(base, donor, key)
+        try:
+            value = donor.ret.value.values[donor.keys.index(key)]
+            if not _flat(value):
+                raise _NoCrossover(f"term '{key}' holds a lambda or comprehension")
+            for name in _loaded(value):
+                transfer.need(name, True)
+            src = _Source(base_code)
+            edits, names = transfer.edits(src)
+            code = src.apply(edits)
+        except _NoCrossover as err:
+            reason = reason or str(err)
+            continue
+        except (SyntaxError, ValueError):  # overlapping edits: never seen, but not fatal
+            reason = reason or f"term '{key}' could not be spliced into the better program"
+            continue
+        if _static_ok(code, "reward"):
+            carried = f" with {', '.join(names)}" if names else ""
+            return code, f"added term '{key}' of {donor_id}{carried}"
+        reason = reason or f"term '{key}' fails the static check once added"
+    raise _NoCrossover(reason)
+
+
 # --------------------------------------------------------------------------- the designer
 
 
@@ -902,7 +1348,14 @@ class OfflineDesigner(Backend):
             note = f"Library {kind} '{d.name}' unchanged (temperature 0): {d.summary}"
             return _answer(note, d.code)
         sigma = 0.5 * min(temperature, 4.0)
-        if candidates and self._rng.random() >= self.explore:
+        search = _search_kind(prompt) if candidates else "form"
+        if search == "parameters":
+            parent = self._select(candidates)
+            code, note = self._mutate(parent.code, kind, sigma, ((_op_parameters, 1.0),))
+            return _answer(f"Mutated {parent.id} ({_score(parent)}): {note}.", code)
+        if search == "crossover":
+            return self._crossover(candidates, kind, sigma)
+        if search != "form" and self._rng.random() >= self.explore:
             parent = self._select(candidates)
             code, note = self._mutate(parent.code, kind, sigma)
             return _answer(f"Mutated {parent.id} ({_score(parent)}): {note}.", code)
@@ -914,12 +1367,19 @@ class OfflineDesigner(Backend):
         drawn = [self._rng.randrange(len(candidates)) for _ in range(self.tournament)]
         return candidates[max(drawn, key=lambda i: (candidates[i].score, -i))]
 
-    def _mutate(self, code: str, kind: str, sigma: float) -> tuple[str, str]:
+    def _mutate(
+        self,
+        code: str,
+        kind: str,
+        sigma: float,
+        operators: tuple[tuple[_Operator, float], ...] | None = None,
+    ) -> tuple[str, str]:
+        """Mutates ``code`` with the slot's operators (or ``operators``, with weights)."""
         for _ in range(self.max_retries):
             n_ops = 2 if self._rng.random() < 0.3 else 1
             current, notes, used = code, [], set()
             for _ in range(n_ops):
-                result = self._apply_one(current, kind, sigma, used)
+                result = self._apply_one(current, kind, sigma, used, operators)
                 if result is not None:
                     current, note = result
                     notes.append(note)
@@ -927,10 +1387,18 @@ class OfflineDesigner(Backend):
                 return current, "; ".join(notes)
         return code, "no valid mutation found, parent returned unchanged"
 
-    def _apply_one(self, code: str, kind: str, sigma: float, used: set) -> _Edit | None:
+    def _apply_one(
+        self,
+        code: str,
+        kind: str,
+        sigma: float,
+        used: set,
+        operators: tuple[tuple[_Operator, float], ...] | None = None,
+    ) -> _Edit | None:
         """One operator, drawn by weight among those that apply to ``code`` and are not in
-        ``used``; adds it and its inverse to ``used``."""
-        ops = [(op, w) for op, w in OPERATORS[kind] if op not in used]
+        ``used`` (the slot's operators, or ``operators``); adds it and its inverse to
+        ``used``."""
+        ops = [(op, w) for op, w in operators or OPERATORS[kind] if op not in used]
         while ops:
             k = self._rng.choices(range(len(ops)), weights=[w for _, w in ops])[0]
             op = ops[k][0]
@@ -943,6 +1411,29 @@ class OfflineDesigner(Backend):
                 return result
             ops.pop(k)
         return None
+
+    def _crossover(self, candidates: list[Candidate], kind: str, sigma: float) -> str:
+        """``SEARCH: crossover``: the better of the first two candidates with one term of the
+        other (rewards), else a mutation of the tournament parent saying why."""
+        if kind != "reward":
+            why = f"crossover combines reward programs, not {kind} programs"
+        elif len(candidates) < 2:
+            why = "the prompt shows one usable candidate"
+        else:
+            first, second = candidates[:2]
+            base, donor = (first, second) if first.score >= second.score else (second, first)
+            try:
+                code, note = _cross_rewards(base.code, donor.code, donor.id, self._rng)
+            except _NoCrossover as err:
+                why = str(err)
+            else:
+                pair = f"{base.id} ({_score(base)}) with {donor.id} ({_score(donor)})"
+                return _answer(f"Crossed {pair}: {note}.", code)
+        parent = self._select(candidates)
+        code, note = self._mutate(parent.code, kind, sigma)
+        return _answer(
+            f"Mutated {parent.id} ({_score(parent)}), no crossover ({why}): {note}.", code
+        )
 
     def _fresh(self, design: Design, kind: str, sigma: float) -> tuple[str, str]:
         """A library program with randomized constants (and, for a network, maybe another

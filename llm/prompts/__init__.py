@@ -1,5 +1,6 @@
 """Prompts of the SE-RL designer: macro (the task) + micro (one module), with the
-high-level DEK's in-context examples, feedback and instruction refinement.
+high-level DEK's in-context examples, feedback and instruction refinement, and the search
+prompts of a FunSearch-style search (:mod:`llm.prompts.search`).
 
 Importing this package imports JAX (the field tables come from the environment's
 dataclasses) but not torch.
@@ -13,6 +14,7 @@ from llm.prompts.builder import (
     REFINEMENT_MODULE,
     REFINEMENT_TOKENS,
     REJECTED_HEADING,
+    compact_head,
     compact_prompt,
     debug_hint,
     debug_prompt,
@@ -23,6 +25,7 @@ from llm.prompts.builder import (
 from llm.prompts.defaults import DEFAULT_CODE, default_code
 from llm.prompts.macro import field_docs, macro_prompt
 from llm.prompts.micro import MICRO_PROMPTS, MicroPrompt
+from llm.prompts.search import SEARCH_PROMPT_KINDS, search_prompt
 
 __all__ = [
     "COMPACT_INSTRUCTION",
@@ -34,7 +37,9 @@ __all__ = [
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
     "REJECTED_HEADING",
+    "SEARCH_PROMPT_KINDS",
     "MicroPrompt",
+    "compact_head",
     "compact_prompt",
     "debug_hint",
     "debug_prompt",
@@ -44,4 +49,5 @@ __all__ = [
     "macro_prompt",
     "parse_instruction",
     "refinement_prompt",
+    "search_prompt",
 ]

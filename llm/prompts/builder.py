@@ -53,6 +53,10 @@ else the default) and one edit instruction::
     ```
     Task: <the instruction>
     <answer format>
+
+The search prompts of a FunSearch-style search (:mod:`llm.prompts.search`) reuse the
+contract, the compact prompt's head (:func:`compact_head`) and the answer formats, show
+their programs under the same ``### Candidate`` headers and add a ``SEARCH: <kind>`` line.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ __all__ = [
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
     "REJECTED_HEADING",
+    "compact_head",
     "compact_prompt",
     "debug_hint",
     "debug_prompt",
@@ -130,6 +135,18 @@ def _format_metrics(metrics) -> str:
     return "".join(f" | {p}" for p in parts)
 
 
+def _contract(kind: str, imagine: ImagineConfig | None, marl: MarlConfig | None) -> str:
+    """A module's contract, for a run's ``imagine`` or ``marl`` section where it depends
+    on one (:func:`design_prompt`)."""
+    if kind == "imagination" and imagine is not None:
+        return imagination_contract(imagine)
+    if kind == "profiling" and marl is not None:
+        return profiling_contract(marl)
+    if kind == "communication" and marl is not None:
+        return communication_contract(marl)
+    return MICRO_PROMPTS[kind].contract
+
+
 def design_prompt(
     kind: str,
     macro: str,
@@ -167,17 +184,10 @@ def design_prompt(
     """
     micro = MICRO_PROMPTS[kind]
     shown = micro.default_code if example is None else example
-    contract = micro.contract
-    if kind == "imagination" and imagine is not None:
-        contract = imagination_contract(imagine)
-    elif kind == "profiling" and marl is not None:
-        contract = profiling_contract(marl)
-    elif kind == "communication" and marl is not None:
-        contract = communication_contract(marl)
     parts = [
         macro.rstrip(),
         f"MODULE: {micro.module}",
-        contract,
+        _contract(kind, imagine, marl),
         CODE_RULES,
         f"{micro.default_label}:\n```python\n{shown.rstrip()}\n```",
     ]
@@ -210,14 +220,33 @@ def compact_prompt(kind: str, code: str, instruction: str) -> str:
     Raises:
         KeyError: unknown ``kind``.
     """
+    return (
+        f"{compact_head(kind)}\n\n"
+        f"```python\n{code.rstrip()}\n```\n\n"
+        f"Task: {instruction.strip()}\n{_ANSWER_FORMAT[kind]}\n"
+    )
+
+
+def compact_head(kind: str) -> str:
+    """The compact prompt's first part: the module line, the one-line task with the entry
+    point's signature, its inputs and :data:`~llm.prompts.micro.CODE_RULES` (no trailing
+    newline; the search prompt's compact style starts with it too).
+
+    Args:
+        kind: the slot (a key of :data:`llm.prompts.micro.MICRO_PROMPTS`).
+
+    Returns:
+        The text.
+
+    Raises:
+        KeyError: unknown ``kind``.
+    """
     micro = MICRO_PROMPTS[kind]
     return (
         f"MODULE: {micro.module}\n\n"
         "You write Python code with JAX for an agent that sells or buys a large order in "
         f"small pieces over a trading day. {micro.signature}\nInputs: {micro.inputs}\n\n"
-        f"{CODE_RULES}\n\n"
-        f"```python\n{code.rstrip()}\n```\n\n"
-        f"Task: {instruction.strip()}\n{_ANSWER_FORMAT[kind]}\n"
+        f"{CODE_RULES}"
     )
 
 

@@ -2,7 +2,7 @@
 distinct programs.
 
 Definitions (over a run's *valid* candidates: those that passed validation, status
-``validated``, ``evaluated`` or ``crashed``, in run order):
+``validated``, ``screened``, ``evaluated`` or ``crashed``, in run order):
 
 - **Canonical program** (:func:`canonical_program`): the syntax tree after renaming every
   name the program binds (module-level names, function names and arguments, local
@@ -61,7 +61,7 @@ RTOL = 1e-6
 """Two outputs agree when no element differs by more than this times the output's largest
 magnitude (relative, unitless)."""
 
-VALID = ("validated", "evaluated", "crashed")
+VALID = ("validated", "screened", "evaluated", "crashed")
 """The statuses of candidates that passed validation."""
 
 PROBED = ("reward", "network")

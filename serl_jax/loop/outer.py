@@ -41,12 +41,14 @@ continues where a killed run stopped, without generating or evaluating anything 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -93,11 +95,13 @@ class LoopOutcome:
     Attributes:
         iterations: summaries of the finished iterations (j = 0, 1, ...).
         best: the best evaluated candidate.
-        reason: why the loop stopped (``converged``, ``max_iterations``).
+        reason: why the loop stopped (``converged``, ``max_iterations``; the search:
+            ``budget_candidates`` or ``budget_minutes``).
         candidates_per_hour: evaluated (trained) candidates per hour of loop wall time.
         compile_share: share of candidate evaluation time spent compiling.
         cache_hits: compiled programs loaded from the persistent compilation cache
             (``loop.compilation_cache``) while training candidates.
+        elapsed_s: the run's wall seconds (every session of a resumed run).
     """
 
     iterations: list[IterationSummary]
@@ -106,6 +110,7 @@ class LoopOutcome:
     candidates_per_hour: float
     compile_share: float
     cache_hits: float
+    elapsed_s: float = 0.0
 
 
 #: Where a candidate can fail, in order (validation stages, then training and scoring).
@@ -122,6 +127,16 @@ def _program_key(cand: Candidate) -> str:
     :func:`llm.parsing.program_text`."""
     joined = "\0".join(program_text(cand.slot_code(kind)) for kind in SLOTS)
     return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def _trained_at(cand: Candidate, stage: str) -> bool:
+    """Whether ``cand`` was itself trained and scored at ``stage`` (not a copy): its
+    ``stages`` entry, or for a run recorded before stages were kept, an evaluated
+    candidate at the full stage."""
+    if stage in cand.stages:
+        entry = cand.stages[stage]
+        return entry.get("score") is not None and not entry.get("duplicate_of")
+    return stage == "full" and cand.status == "evaluated" and not cand.duplicate_of
 
 
 def _designed_slots(cand: Candidate) -> tuple[str, ...]:
@@ -605,7 +620,8 @@ class SERLLoop:
                 cand = self._candidate(
                     j, idx, module, failed_cand.instruction, completion, failed_cand,
                     parent_ids=list(failed_cand.parent_ids), retry_of=failed_cand.id,
-                    attempt=attempt,
+                    attempt=attempt, island=failed_cand.island,
+                    prompt_kind=failed_cand.prompt_kind,
                 )  # fmt: skip
                 retries.append((len(prompts) - 1, cand))
                 idx += 1
@@ -671,22 +687,45 @@ class SERLLoop:
                 self.log(f"stopping: {e}")
                 raise
 
-    def _evaluate(self, pending: list[Candidate], evaluator: ProgramEvaluator) -> None:
-        """Trains each distinct program once; a candidate whose program was evaluated
-        before (or earlier in this batch) copies that result (``duplicate_of``)."""
-        done = {_program_key(c): c for c in self._evaluated() if not c.duplicate_of}
+    def _stage_run(self, stage: str) -> tuple[dict[str, Any], Callable[[Candidate], str]]:
+        """The configuration a training stage runs with, and where a candidate's
+        checkpoint and curves go: ``full``, the run's config in the candidate's folder."""
+        if stage != "full":
+            raise ValueError(f"stage: the outer loop trains only at the full stage, got {stage!r}")
+        return self.config_dict, lambda c: str(self.store.candidate_dir(c.id))
+
+    def _evaluate(
+        self,
+        pending: list[Candidate],
+        evaluator: ProgramEvaluator,
+        stage: str = "full",
+        originals: dict[str, Candidate] | None = None,
+    ) -> None:
+        """Trains each distinct program once at ``stage`` and records its score
+        (``cand.stages[stage]``); a candidate whose program was trained at that stage
+        before (or earlier in this batch), or that ``originals`` maps to an earlier
+        candidate (a functional duplicate), copies that result (``duplicate_of``).
+
+        ``full`` candidates end ``evaluated`` (or ``crashed``); the search's ``short``
+        stage (:mod:`serl_jax.loop.search`) ends ``screened``, or ``evaluated`` when the
+        cascade has no full stage.
+        """
+        config, directory = self._stage_run(stage)
+        final = stage == "full" or "full" not in self.cfg.search.stages
+        done = {_program_key(c): c for c in self.store.candidates() if _trained_at(c, stage)}
         batch, repeats = [], []
         for cand in pending:
             key = _program_key(cand)
-            if key in done:
-                repeats.append((cand, key))
+            original = (originals or {}).get(cand.id) or done.get(key)
+            if original is not None:
+                repeats.append((cand, original))
                 continue
             batch.append(cand)
             done[key] = cand
         agents = self.cfg.marl.agents > 1
         tasks = [
-            (self.config_dict, self.loop.market, c.reward_code, c.network_code,
-             str(self.store.candidate_dir(c.id)), c.imagination_code)
+            (config, self.loop.market, c.reward_code, c.network_code, directory(c),
+             c.imagination_code)
             + ((c.profiling_code, c.communication_code) if agents else ())
             for c in batch
         ]  # fmt: skip
@@ -694,17 +733,23 @@ class SERLLoop:
             cand = batch[i]
             cand.timing.update(result.timing)
             score = result.metrics.get(self.loop.score) if result.ok else None
+            cand.stages[stage] = {"score": score, "seconds": result.timing.get("total")}
             if score is not None:
-                cand.status, cand.score = "evaluated", score
+                cand.status, cand.score = ("evaluated" if final else "screened"), score
                 cand.metrics, cand.reward_term_stats = result.metrics, result.reward_term_stats
                 reference = next(
                     (c for c in self.store.candidates(0) if c.id == REFERENCE_ID), None
                 )
-                if cand.id != REFERENCE_ID and reference and reference.status == "evaluated":
+                if (
+                    stage == "full"
+                    and cand.id != REFERENCE_ID
+                    and reference
+                    and reference.status == "evaluated"
+                ):
                     cand.metrics["vs_default"] = paired_with_reference(
                         cand.metrics, reference.metrics
                     )
-                _write_curves(self.store.candidate_dir(cand.id), result.curves)
+                _write_curves(Path(directory(cand)), result.curves)
             else:
                 cand.status = "crashed"
                 cand.error = result.error or f"non-finite {self.score_label} on validation days"
@@ -712,10 +757,15 @@ class SERLLoop:
             self.store.update(cand)
             self._add_to_buffer(cand)
             self._report_candidate(cand)
-        for cand, key in repeats:
-            original = done[key]
+        for cand, original in repeats:
             cand.duplicate_of = original.id
-            cand.status, cand.score, cand.error = original.status, original.score, original.error
+            copied = original.stages.get(stage, {"score": original.score})
+            cand.stages[stage] = {"score": copied.get("score"), "duplicate_of": original.id}
+            if copied.get("score") is None:
+                cand.status, cand.score, cand.error = "crashed", original.score, original.error
+            else:
+                cand.status = "evaluated" if final else "screened"
+                cand.score, cand.error = copied["score"], ""
             cand.metrics, cand.reward_term_stats = original.metrics, original.reward_term_stats
             self.store.update(cand)
             self._report_candidate(cand)
@@ -724,8 +774,9 @@ class SERLLoop:
         name = f"{cand.id} {cand.module}"
         if cand.retry_of:
             name += f" (round {cand.attempt}, retry of {cand.retry_of})"
-        if cand.status == "evaluated":
+        if cand.status in ("evaluated", "screened"):
             note = f" (= {cand.duplicate_of})" if cand.duplicate_of else ""
+            note += " (short stage)" if cand.status == "screened" else ""
             paired = (cand.metrics or {}).get("vs_default")
             if paired and not cand.duplicate_of:
                 diff = paired[self.loop.score]
@@ -839,7 +890,7 @@ class SERLLoop:
             executor=self.loop.executor, ray_address=self.loop.ray_address,
             ray_num_cpus=self.loop.ray_num_cpus, ray_num_gpus=self.loop.ray_num_gpus,
         ) as evaluator:  # fmt: skip
-            for j in range(0, self.loop.iterations + 1):
+            for j in itertools.count():
                 if j in finished:
                     if self.low_level is not None and j > 0 and j not in updated:
                         self._low_level_update(j)  # killed between scoring and update
@@ -848,6 +899,10 @@ class SERLLoop:
                         break
                     continue
                 if not self.store.candidates(j):
+                    stop = self._stop_reason(j, elapsed_before + time.perf_counter() - t_start)
+                    if stop is not None:
+                        reason = stop
+                        break
                     if j == 0:
                         self._propose_reference()
                     else:
@@ -877,7 +932,13 @@ class SERLLoop:
             candidates_per_hour=len(evaluated) / max(elapsed, 1e-9) * 3600.0,
             compile_share=compile_s / total_s if total_s > 0 else 0.0,
             cache_hits=sum(c.timing.get("cache_hits", 0.0) for c in evaluated),
+            elapsed_s=elapsed,
         )
+
+    def _stop_reason(self, j: int, elapsed_s: float) -> str | None:
+        """Why no round ``j`` starts (None: it does): ``max_iterations`` past
+        ``loop.iterations``. ``elapsed_s``: the run's wall seconds so far."""
+        return "max_iterations" if j > self.loop.iterations else None
 
     def _meta(self, key: str, default: Any) -> Any:
         try:

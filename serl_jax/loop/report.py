@@ -36,7 +36,8 @@ from serl_jax.experiment import (
     score_reward,
 )
 from serl_jax.loop.agents_evaluation import agents_market, evaluation_profile
-from serl_jax.loop.novelty import novelty
+from serl_jax.loop.cascade import short_full_agreement, stage_counts
+from serl_jax.loop.novelty import VALID, novelty
 from serl_jax.loop.outer import REFERENCE_ID, SLOTS, LoopOutcome, paired_with_reference
 from serl_jax.loop.store import Candidate, RunStore
 from serl_jax.metrics import format_table, price_advantage, shortfall
@@ -46,6 +47,13 @@ from serl_jax.rl.marl import make_marl_policy
 from serl_jax.rl.policy import make_ppo_policy
 
 __all__ = ["self_debugging_counts", "write_report"]
+
+
+def _meta(store: RunStore, key: str) -> Any:
+    try:
+        return store.meta(key)
+    except KeyError:
+        return None
 
 
 def _ppo_policy(cfg: Config, store: RunStore, cand: Candidate):
@@ -90,7 +98,7 @@ def self_debugging_counts(cands: list[Candidate]) -> dict[str, dict[str, int]]:
         if c.attempt > 0:
             entry = rounds.setdefault(str(c.attempt), {"sent": 0, "passed": 0})
             entry["sent"] += 1
-            entry["passed"] += c.status in ("validated", "evaluated", "crashed")
+            entry["passed"] += c.status in VALID
     return dict(sorted(rounds.items(), key=lambda kv: int(kv[0])))
 
 
@@ -335,6 +343,7 @@ def write_report(
     for c in cands:
         counts[c.status] = counts.get(c.status, 0) + 1
     debugging = self_debugging_counts(cands)
+    stages = cfg.search.stages if cfg.search.enabled else ("validation", "trial", "full")
     summary: dict[str, Any] = {
         "market": splits.name,
         "stopped": outcome.reason,
@@ -350,6 +359,8 @@ def write_report(
         "test": test_entry,
         "best_vs_default": best_vs_default,
         **novelty(cands, {row["id"]: row["prompt"] for row in store.prompts()}, SLOTS),
+        "stages": stage_counts(cands, outcome.elapsed_s, stages, _meta(store, "stage_seconds")),
+        "short_vs_full": short_full_agreement(cands),
     }
     (store.root / "report.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
     (store.root / "results.txt").write_text(table + "\n")
@@ -380,6 +391,27 @@ def write_report(
             or "no candidate sent back"
         )
         + ".",
+        "",
+        "Cascade: "
+        + "; ".join(
+            f"{stage} {e['candidates']} entered, {e['passed']} passed"
+            + ("" if e["trained"] is None else f", {e['trained']} trained")
+            + ("" if e["candidates_per_hour"] is None else f" ({e['candidates_per_hour']:.0f}/h")
+            + (
+                ""
+                if e["candidates_per_stage_hour"] is None
+                else f", {e['candidates_per_stage_hour']:.0f} per hour of the stage"
+            )
+            + ("" if e["candidates_per_hour"] is None else ")")
+            for stage, e in summary["stages"].items()
+        )
+        + "."
+        + (
+            ""
+            if not summary["short_vs_full"] or summary["short_vs_full"]["spearman"] is None
+            else f" Short against full stage: Spearman {summary['short_vs_full']['spearman']:.2f}"
+            f" over {summary['short_vs_full']['n']} programs trained at both."
+        ),
         "",
         f"Novelty: copy rate {summary['copy_rate']:.0%}, functional duplicate rate "
         f"{summary['duplicate_rate']:.0%}, {summary['distinct_valid']} distinct valid "

@@ -3,7 +3,9 @@
 Everything is written as it happens, each step in one transaction, so a run killed at
 any point can be resumed (:meth:`RunStore.open`) with nothing lost and nothing evaluated
 twice: a candidate's status moves ``proposed -> rejected | validated -> evaluated |
-crashed`` and only the unfinished steps are redone. Layout of a run folder::
+crashed`` (in the search, :mod:`serl_jax.loop.search`, ``validated -> screened``, trained
+in the short stage, and ``screened -> evaluated | crashed`` for the promoted ones) and
+only the unfinished steps are redone. Layout of a run folder::
 
     <run>/run.sqlite          records (tables below)
     <run>/config.yaml         the configuration (also in the ``meta`` table)
@@ -32,7 +34,7 @@ from typing import Any
 
 __all__ = ["Candidate", "IterationSummary", "RunStore", "StoreError"]
 
-STATUSES = ("proposed", "rejected", "validated", "evaluated", "crashed")
+STATUSES = ("proposed", "rejected", "validated", "screened", "evaluated", "crashed")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -92,6 +94,13 @@ class Candidate:
         retry_of: the rejected candidate this one answers a debug prompt for
             (self-debugging, ``loop.repair_attempts``); None for a first sample.
         attempt: the self-debugging round that produced it (0: a first sample).
+        island: the search's island it was designed for (:mod:`serl_jax.loop.search`);
+            None outside the search and for the reference, which seeds every island.
+        prompt_kind: the search prompt it answers (``better``, ``form``, ``parameters``,
+            ``crossover``; ``library`` for a design-library seed); "" outside the search.
+        stages: the search cascade's results per training stage (``short``, ``full``):
+            ``{"score": bps or None, "seconds": s}``, with ``"duplicate_of"`` when the
+            score was copied from an earlier candidate's (:mod:`serl_jax.loop.cascade`).
     """
 
     id: str
@@ -119,6 +128,9 @@ class Candidate:
     timing: dict[str, float] = field(default_factory=dict)
     retry_of: str | None = None
     attempt: int = 0
+    island: int | None = None
+    prompt_kind: str = ""
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def slot_code(self, kind: str) -> str:
         """The code of slot ``kind`` (``reward``, ``network``, ``imagination``,

@@ -19,7 +19,7 @@ from serl_jax.data import DataError
 from serl_jax.envs.execution import ExecutionEnv
 from serl_jax.envs.market_data import MarketData
 from serl_jax.experiment import load_splits
-from serl_jax.loop import RunStore, SERLLoop, StoreError
+from serl_jax.loop import RunStore, SERLLoop, SERLSearch, StoreError
 from serl_jax.loop.dispatch import local_worker_processes
 from serl_jax.loop.report import write_report
 from serl_jax.training.programs import imagination_program, validated_program
@@ -168,7 +168,8 @@ def run_serl(
         log(f"[{splits.name}] {splits.report.summary(verbose)}")
         log(f"run folder: {store.root} (designer: {cfg.loop.llm})")
     data = MarketData.from_episodes(splits.train)
-    loop = SERLLoop(
+    driver = SERLSearch if cfg.search.enabled else SERLLoop
+    loop = driver(
         cfg,
         backend,
         store,

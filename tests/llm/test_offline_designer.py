@@ -568,3 +568,180 @@ def test_profile_and_communication_answers_pass_the_full_validator():
     for (kind, code), verdict in zip(answers, verdicts, strict=True):
         assert verdict.ok, (kind, verdict.reason, code)
     assert "16-number messages" in verdicts[1].reason and "16-number" in verdicts[2].reason
+
+
+# --------------------------------------------------------------------------- search kinds
+
+
+def _search(kind: str, module: str, shots, score_label: str = "PA") -> str:
+    """A search prompt (llm.prompts.search) showing ``shots``: ``(id, score, code)``."""
+    from llm.prompts import search_prompt
+    from serl_jax.loop.islands import Program
+
+    programs = [Program(cid, module, code, score) for cid, score, code in shots]
+    return search_prompt(kind, module, programs, score_label=score_label, macro="Execute.")
+
+
+def masked_program(code: str) -> str:
+    """The canonical program with every number replaced by 0: equal for two programs that
+    differ only in names, layout and constants."""
+    from serl_jax.loop.novelty import canonical_program
+
+    return re.sub(r"Constant\(value=[-+0-9.eE]+\)", "Constant(value=0)", canonical_program(code))
+
+
+def test_search_parameters_changes_only_constants():
+    # a reward reading params.terminal_penalty_bps: constants may lift it into a module
+    # constant (a new line and a new name), which parameters must not do
+    lifted = "TERMINAL_BPS = 100.0  # bps per unit share of Q left unfilled at the end\n"
+    reward = library("reward")[0].code.replace(lifted, "")
+    reward = reward.replace("TERMINAL_BPS", "params.terminal_penalty_bps")
+    for kind, parent in (("reward", reward), ("network", library("network")[2].code)):
+        other = library(kind)[1].code
+        prompt = _search("parameters", kind, [("lo", -9.0, other), ("p", -2.0, parent)])
+        designer = make_backend("offline", seed=3, explore=1.0)  # explore is not used
+        [completions] = designer.generate([prompt], n=24, temperature=1.5)
+        codes = {}
+        for completion in completions:
+            m = re.match(r"^Mutated (\S+) \(PA \S+ bps\): ", completion)
+            assert m and "unchanged" not in completion.split("\n")[0], completion
+            codes[code_of(completion)] = m.group(1)
+        for code, parent_id in codes.items():
+            check_static(code, kind)
+            source = parent if parent_id == "p" else other
+            assert masked_program(code) == masked_program(source) and code != source
+        assert len(codes) >= 12 and "p" in codes.values()
+    # without the SEARCH line the same parent also gets structural edits (terms, lifts)
+    plain = design_prompt("reward", [("p", -2.0, reward)])
+    [completions] = make_backend("offline", seed=3, explore=0.0).generate([plain], n=24)
+    masked = {masked_program(code_of(c)) for c in completions}
+    assert len(masked - {masked_program(reward)}) >= 3
+
+
+def test_search_form_answers_with_library_programs():
+    rewards = library("reward")
+    for kind in ("reward", "network"):
+        designs = {d.name: d.code for d in library(kind)}
+        shown = [("a", -3.0, library(kind)[0].code), ("b", -1.0, library(kind)[1].code)]
+        prompt = _search("form", kind, shown)
+        designer = make_backend("offline", seed=1, explore=0.0)  # explore is not used
+        [completions] = designer.generate([prompt], n=12)
+        names = set()
+        for completion in completions:
+            m = re.match(rf"^Library {kind} '(\w+)' with ", completion)
+            assert m, completion.split("\n", 1)[0]
+            names.add(m.group(1))
+            code = code_of(completion)
+            check_static(code, kind)
+            if kind == "reward":  # a reward's exploration moves its constants only
+                assert masked_program(code) == masked_program(designs[m.group(1)])
+        assert len(names) >= 4
+    assert all(masked_program(d.code) != masked_program(rewards[0].code) for d in rewards[1:])
+
+
+def test_search_crossover_adds_a_term_of_the_other_reward():
+    from llm.prompts import DEFAULT_CODE
+
+    rewards = {d.name: d.code for d in library("reward")}
+    cases = [
+        # (worse, better, the term only the worse one has)
+        (rewards["participation_penalty"], rewards["pa_penalty"], "participation"),
+        # the default reads its helper safe_div and has another `fraction`: both carried,
+        # the local renamed
+        (DEFAULT_CODE["reward"], rewards["schedule_tracking"], "concentration"),
+    ]
+    answers = []
+    for worse, better, term in cases:
+        prompt = _search("crossover", "reward", [("hi", 2.0, better), ("lo", -4.0, worse)])
+        assert [c.id for c in parse_candidates(prompt)] == ["lo", "hi"]  # ascending
+        [completions] = make_backend("offline", seed=0).generate([prompt], n=4)
+        for completion in completions:
+            first = completion.split("\n", 1)[0]
+            assert first.startswith(
+                f"Crossed hi (PA 2.00 bps) with lo (PA -4.00 bps): added term '{term}' of lo"
+            ), first
+            code = code_of(completion)
+            check_static(code, "reward")
+            assert reward_keys(code) == [*reward_keys(better), term]
+        assert len({code_of(c) for c in completions}) == 1  # one term to take: deterministic
+        answers.append(code_of(completions[0]))
+    assert "concentration_fraction = safe_div(" in answers[1]
+    assert "\ndef safe_div(num, den):" in answers[1]
+    assert "TARGET_RATE = 0.1  # participation" in answers[0]
+    # the carried code runs: both answers pass the full validator
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        verdicts = list(pool.map(lambda c: validate(c, "reward", limits=TEST_LIMITS), answers))
+    assert all(v.ok for v in verdicts), [v.reason for v in verdicts]
+
+
+def test_search_crossover_draws_among_the_missing_terms():
+    rewards = {d.name: d.code for d in library("reward")}
+    donor = rewards["implementation_shortfall"]  # shortfall and opportunity are missing
+    prompt = _search(
+        "crossover", "reward", [("a", 1.0, rewards["schedule_tracking"]), ("b", 0.0, donor)]
+    )
+    [completions] = make_backend("offline", seed=5).generate([prompt], n=20)
+    added = {re.search(r"added term '(\w+)'", c).group(1) for c in completions}
+    assert added == {"shortfall", "opportunity", "concentration"}
+    for completion in completions:
+        check_static(code_of(completion), "reward")
+
+
+def test_search_crossover_falls_back_to_a_mutation():
+    better = library("reward")[0].code
+    # the term reads a tuple constant, which is not carried
+    donor = (
+        "import jax.numpy as jnp\n\nWEIGHTS = (0.5, 2.0)\n\n\n"
+        "def reward(prev_state, action, next_state, params):\n"
+        "    q = jnp.maximum(next_state.quantity, 1e-9)\n"
+        '    return {"fill": params.reward_scale * WEIGHTS[0] * next_state.last_qty / q}\n'
+    )
+    check_static(donor, "reward")
+    prompt = _search("crossover", "reward", [("a", 3.0, better), ("b", 1.0, donor)])
+    [completions] = make_backend("offline", seed=2).generate([prompt], n=6)
+    for completion in completions:
+        first = completion.split("\n", 1)[0]
+        assert re.match(
+            r"^Mutated [ab] \(PA \S+ bps\), no crossover \(term 'fill' reads "
+            r"'WEIGHTS', which b binds ",
+            first,
+        ), first
+        check_static(code_of(completion), "reward")
+    networks = library("network")
+    prompt = _search(
+        "crossover", "network", [("n1", 1.0, networks[0].code), ("n2", 0.0, networks[1].code)]
+    )
+    [completions] = make_backend("offline", seed=2).generate([prompt], n=4)
+    for completion in completions:
+        assert re.match(
+            r"^Mutated n[12] \(PA \S+ bps\), no crossover \(crossover combines reward "
+            r"programs, not network programs\): ",
+            completion,
+        ), completion.split("\n", 1)[0]
+        check_static(code_of(completion), "network")
+
+
+def test_search_better_and_unknown_kinds_answer_as_design_prompts():
+    rewards = library("reward")
+    plain = design_prompt("reward", [("a", -3.0, rewards[3].code), ("b", -1.0, rewards[5].code)])
+    variants = [
+        plain.replace("## Instructions", "SEARCH: better\n\n## Instructions"),
+        plain.replace("## Instructions", "SEARCH: mystery\n\n## Instructions"),
+        # a SEARCH line inside a code block is code, not the prompt's operator
+        plain.replace("## Instructions", "```text\nSEARCH: form\n```\n\n## Instructions"),
+    ]
+
+    def run(prompt):
+        return make_backend("offline", seed=9).generate([prompt], n=12, temperature=1.2)
+
+    expected = run(plain)
+    assert all(run(p) == expected for p in variants)
+
+
+def test_search_prompts_with_the_mean_variance_label_are_read():
+    code = library("reward")[0].code
+    prompt = _search("better", "reward", [("m1", -7.5, code)], score_label="mean-variance")
+    [candidate] = parse_candidates(prompt)
+    assert (candidate.id, candidate.score, candidate.label) == ("m1", -7.5, "mean-variance")
+    [[completion]] = make_backend("offline", seed=0, explore=0.0).generate([prompt])
+    assert completion.startswith("Mutated m1 (mean-variance -7.50 bps): ")

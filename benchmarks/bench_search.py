@@ -1,0 +1,274 @@
+"""Search curves: the best validation score against candidates designed, per designer.
+
+Runs the SE-RL search (``python -m serl_jax.train --budget-candidates N``,
+:mod:`serl_jax.loop.search`) once per designer and seed, with the same preset, market,
+budget and seeds, then reads each run store:
+
+- the curve: after each designed candidate (in run order), the best full-stage
+  validation score so far (the reference and the library seeds count from the start);
+- the final pick's paired difference to the default PPO on the test days (the run's
+  report, ``best_vs_default``), and its novelty (copy rate, functional duplicates,
+  distinct valid programs) and cascade counts;
+- per designer other than the first, the paired difference of the final best
+  validation score to the first designer's, seed by seed (the same seed gives both the
+  same reference, library seeds and training keys), with a t interval over seeds and its
+  minimum detectable effect (80% power, two-sided).
+
+The first designer is the reference: ``offline``, the design library's random mutation
+(:mod:`llm.backends.offline`). Two tasks:
+
+- ``index`` (default): the run's ``loop.score`` (shortfall) on replayed bars, e.g. the
+  1,000-day index: ``--data ../shared/data/cn_index_1min data.short_days=drop``;
+- ``ac``: the propagator market's Almgren–Chriss configuration (``bench_optimum.py``'s,
+  kappa*T = 3 by default) with ``loop.env=dynamic loop.score=mean_variance``, where the
+  optimum is known (score: the negated mean-variance objective, bps).
+
+Run::
+
+    python benchmarks/bench_search.py --designers offline,hf:qwen2.5-coder-1.5b \\
+        --seeds 0,1,2 --budget-candidates 100 --out runs/search-curves \\
+        [--task index|ac] [--data PATH] [--config FILE] [--plot FILE.png] [--json]
+        [section.key=value ...]
+
+Prints a markdown table (and with ``--json`` one JSON line per designer) and draws the
+curves (mean over seeds, each seed thin) to ``--plot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from serl_jax import train  # noqa: E402
+from serl_jax.cli import parse_command_line  # noqa: E402
+from serl_jax.loop import RunStore  # noqa: E402
+from serl_jax.loop.search import SEED_ROUND  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, best)``: after the n-th designed candidate (n = 0: the reference and library
+    seeds only), the best full-stage validation score so far (bps; NaN before any)."""
+    store = RunStore.open(run_dir)
+    try:
+        cands = sorted(store.candidates(), key=lambda c: (c.iteration, c.idx))
+    finally:
+        store.close()
+    seeded = [c for c in cands if c.iteration <= SEED_ROUND]
+    designed = [c for c in cands if c.iteration > SEED_ROUND]
+    best = max((_full(c) for c in seeded), default=-math.inf)
+    values = [best]
+    for c in designed:
+        best = max(best, _full(c))
+        values.append(best)
+    out = np.array(values, dtype=np.float64)
+    out[~np.isfinite(out)] = np.nan
+    return np.arange(len(values)), out
+
+
+def _full(cand) -> float:
+    """A candidate's full-stage score (-inf without a finite one)."""
+    score = cand.stages.get("full", {}).get("score")
+    return score if score is not None and math.isfinite(score) else -math.inf
+
+
+def task_overrides(task: str, args: argparse.Namespace) -> list[str]:
+    """The overrides of a task (``index``: none; ``ac``: the Almgren–Chriss market with
+    the urgency for ``--kappa-t`` on this dataset, as ``bench_optimum.py`` sets it)."""
+    if task == "index":
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_optimum as optimum  # the same configuration as the certificate
+
+    from serl_jax.config import load_config
+    from serl_jax.envs.market_data import MarketData
+    from serl_jax.experiment import load_splits
+    from serl_jax.market.propagator import PropagatorEnvParams
+
+    base = [*optimum.TASK, *optimum.CONFIGS["ac"], *args.overrides]
+    cfg = load_config(args.config, base)
+    splits = load_splits(cfg, args.data)
+    train_market = PropagatorEnvParams.from_static(
+        cfg.env_params(MarketData.from_episodes(splits.split("train"))),
+        splits.stats,
+        cfg.impact.params(),
+    )
+    urgency = optimum.urgency_for(args.kappa_t, cfg, train_market)
+    return [
+        *optimum.TASK, *optimum.CONFIGS["ac"], f"env.urgency={urgency}",
+        "loop.env=dynamic", "loop.score=mean_variance",
+    ]  # fmt: skip
+
+
+def run_one(designer: str, seed: int, args: argparse.Namespace, extra: list[str]) -> Path:
+    """One search run (resumed if its folder exists); returns its folder."""
+    name = designer.replace(":", "-").replace("/", "_")
+    root = Path(args.out) / f"{args.task}-{name}-s{seed}"
+    if (root / "report.json").exists():
+        return root
+    if (root / "run.sqlite").exists():
+        argv = ["--resume", str(root), "--quiet"]
+    else:
+        argv = [
+            "--llm", designer, "--seed", str(seed), "--budget-candidates",
+            str(args.budget_candidates), "--out", str(Path(args.out) / ".tmp"), "--quiet",
+            *(["--config", args.config] if args.config else []),
+            *(["--data", args.data] if args.data else []),
+            *(["--budget-minutes", str(args.budget_minutes)] if args.budget_minutes else []),
+            *extra, *args.overrides,
+        ]  # fmt: skip
+    code = train.main(argv)
+    if code != 0:
+        raise SystemExit(f"bench_search: {designer} seed {seed} failed with exit code {code}")
+    if not root.exists():
+        (made,) = sorted((Path(args.out) / ".tmp").iterdir())
+        made.rename(root)
+    return root
+
+
+def interval(values: np.ndarray, level: float = 0.95) -> dict:
+    """Mean, t interval and minimum detectable effect (80% power, two-sided) of
+    ``values`` (one per seed)."""
+    n = len(values)
+    mean = float(np.mean(values))
+    if n < 2:
+        return {"value": mean, "ci_low": None, "ci_high": None, "mde": None, "n": n}
+    se = float(np.std(values, ddof=1)) / math.sqrt(n)
+    t = stats.t.ppf(0.5 + level / 2, n - 1)
+    mde = (t + stats.t.ppf(0.8, n - 1)) * se
+    return {"value": mean, "ci_low": mean - t * se, "ci_high": mean + t * se, "mde": mde, "n": n}
+
+
+def score_key(run_dir: Path) -> str:
+    """The run's ``loop.score`` (the key of its paired differences)."""
+    store = RunStore.open(run_dir)
+    try:
+        return store.meta("config")["loop"]["score"]
+    finally:
+        store.close()
+
+
+def summarize(designers: list[str], runs: dict[str, list[Path]]) -> list[dict]:
+    """One row per designer: final best score, test pairing, novelty, and the paired
+    difference to the first designer over seeds."""
+    rows = []
+    finals = {}
+    for designer in designers:
+        reports = [json.loads((r / "report.json").read_text()) for r in runs[designer]]
+        finals[designer] = np.array([curve(r)[1][-1] for r in runs[designer]])
+        test = [(rep["best_vs_default"] or {}).get("test") or {} for rep in reports]
+        key = score_key(runs[designer][0])
+        row = {
+            "designer": designer,
+            "score": key,
+            "seeds": len(reports),
+            "best_validation": interval(finals[designer]),
+            "test_vs_default": [t.get(key) for t in test],
+            "copy_rate": float(np.mean([rep["copy_rate"] for rep in reports])),
+            "duplicate_rate": float(np.mean([rep["duplicate_rate"] for rep in reports])),
+            "distinct_valid": float(np.mean([rep["distinct_valid"] for rep in reports])),
+            "short_per_hour": float(
+                np.mean([rep["stages"]["short"]["candidates_per_hour"] for rep in reports])
+            ),
+        }
+        if designer != designers[0]:
+            row["minus_first"] = interval(finals[designer] - finals[designers[0]])
+        rows.append(row)
+    return rows
+
+
+def plot(designers: list[str], runs: dict[str, list[Path]], path: str, label: str) -> None:
+    """Best validation score against candidates designed: each seed thin, the mean bold."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, designer in enumerate(designers):
+        color = f"C{i}"
+        curves = [curve(r) for r in runs[designer]]
+        for n, best in curves:
+            ax.plot(n, best, color=color, alpha=0.3, lw=0.8)
+        length = min(len(n) for n, _ in curves)
+        mean = np.nanmean(np.stack([b[:length] for _, b in curves]), axis=0)
+        ax.plot(curves[0][0][:length], mean, color=color, lw=2, label=designer)
+    ax.set_xlabel("candidates designed")
+    ax.set_ylabel(f"best validation {label} (bps)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _fmt(x, spec: str = "+.3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--designers", default="offline", help="comma-separated --llm specs")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    parser.add_argument("--budget-candidates", type=int, default=100)
+    parser.add_argument("--budget-minutes", type=float, help="also a time budget per run")
+    parser.add_argument("--task", choices=["index", "ac"], default="index")
+    parser.add_argument("--kappa-t", type=float, default=3.0, help="ac: kappa*T")
+    parser.add_argument("--data", help="the dataset (default: the config's loop.market)")
+    parser.add_argument("--config", help="YAML preset")
+    parser.add_argument("--out", default="runs/search-curves", help="parent of the run folders")
+    parser.add_argument("--plot", help="the curves' figure (PNG)")
+    parser.add_argument("--json", action="store_true", help="one JSON line per designer")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value")
+    args = parse_command_line(parser, argv)
+    designers = args.designers.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    extra = task_overrides(args.task, args)
+    t0 = time.perf_counter()
+    runs = {d: [run_one(d, s, args, extra) for s in seeds] for d in designers}
+    rows = summarize(designers, runs)
+    label = "mean-variance" if args.task == "ac" else "score"
+    if args.plot:
+        plot(designers, runs, args.plot, label)
+    print(
+        f"# search curves, task {args.task}, {args.budget_candidates} candidates, seeds "
+        f"{args.seeds}; {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}"
+        f", {time.perf_counter() - t0:.0f} s"
+    )
+    print()
+    print(
+        "| designer | best validation (bps, mean [95% CI] over seeds) | minus "
+        f"{designers[0]} (MDE) | test vs default, per seed | copy | dup | distinct | short/h |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        b, d = row["best_validation"], row.get("minus_first")
+        diff = "" if d is None else (
+            f"{_fmt(d['value'])} [{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}] "
+            f"({_fmt(d['mde'], '.3f')})"
+        )  # fmt: skip
+        tests = ", ".join(
+            "n/a"
+            if t is None
+            else f"{t['value']:+.2f} [{_fmt(t['ci_low'], '+.2f')}, {_fmt(t['ci_high'], '+.2f')}]"
+            for t in row["test_vs_default"]
+        )
+        print(
+            f"| {row['designer']} | {b['value']:.3f} [{_fmt(b['ci_low'], '.3f')}, "
+            f"{_fmt(b['ci_high'], '.3f')}] | {diff} | {tests} | {row['copy_rate']:.0%} | "
+            f"{row['duplicate_rate']:.0%} | {row['distinct_valid']:.0f} | "
+            f"{row['short_per_hour']:.0f} |"
+        )
+        if args.json:
+            print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

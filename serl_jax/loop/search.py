@@ -1,0 +1,332 @@
+"""The SE-RL loop as a search: rounds of best-shot prompts over islands of scored
+programs, evaluated through a cascade, until a budget of candidates or minutes is spent
+(``search.enabled``; ``python -m serl_jax.train --budget-minutes M``).
+
+Round 0 is the outer loop's: the reference ``j0-default`` (the default programs), trained
+at every training stage of ``search.stages``; it seeds every island. Round 1 seeds the
+islands from the design library (:mod:`llm.designs`): each library program of a designed
+module is a candidate (``prompt_kind`` ``library``), dealt to the islands in turn, so
+no island is shown the same fixed example. Each later round j:
+
+1. **design** (``search.round_candidates`` candidates, fewer when the budget ends):
+   candidate i designs module ``loop.modules[i % M]`` on island ``i % search.islands``
+   with a prompt kind drawn by ``search.prompt_mix`` (:func:`llm.prompts.search_prompt`):
+   ``better`` shows up to ``search.shots`` of the island's programs in ascending score
+   (FunSearch's best-shot prompt, Romera-Paredes et al. 2024); ``form`` shows the same
+   and asks for another form; ``parameters`` shows the island's best and asks for other
+   parameters; ``crossover`` shows one program of the island and one of another island
+   (Liu et al. 2024, "Evolution of Heuristics"). The other slots are the incumbent's (the
+   best fully trained program), as in the outer loop.
+2. **validation** and **trial**: the validator's static stage and its sandbox trial
+   (:func:`llm.validate.validate`), with ``loop.repair_attempts`` self-debugging rounds.
+3. **short**: each candidate that passed is trained for ``search.short_fraction`` of the
+   run's PPO steps and scored on validation days. A candidate whose program equals an
+   earlier one's (after :func:`llm.parsing.program_text`), or that computes the same
+   outputs on the novelty probe (:func:`serl_jax.loop.novelty.same_outputs`: a reward's
+   terms, a network's outputs at initialization) with the same other slots, is not trained:
+   it copies the earlier score (``duplicate_of``).
+4. **full**: the best ``search.promote`` share of the round's short-stage programs
+   (:func:`serl_jax.loop.cascade.promoted`) train with the run's whole PPO budget; their
+   full scores rank the run (the best is the report's). The island database
+   (:class:`serl_jax.loop.islands.ProgramDatabase`) holds short-stage scores, which all
+   candidates have, so programs on it compare like with like.
+5. every ``search.reset_every`` rounds the worse half of the islands is re-seeded from
+   the better half's best programs (FunSearch).
+
+The database is not stored: it is rebuilt from the candidates' records by replaying the
+same adds and resets, so a killed run resumes (:meth:`SERLLoop.run`) with the same
+islands and without training any finished stage again. Randomness (prompt kinds, shots,
+resets) comes from ``random.Random`` seeded by ``run.seed`` and the round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from llm.designs import library
+from llm.parsing import program_text
+from llm.prompts import search_prompt
+from serl_jax.config import SEARCH_PROMPT_KINDS
+from serl_jax.loop.cascade import budget_left, promoted
+from serl_jax.loop.dispatch import ProgramEvaluator
+from serl_jax.loop.islands import Program, ProgramDatabase
+from serl_jax.loop.novelty import PROBED, probe_outputs, same_outputs
+from serl_jax.loop.outer import REFERENCE_ID, SLOTS, SERLLoop, _designed_slots
+from serl_jax.loop.store import Candidate, IterationSummary
+
+__all__ = ["SEED_ROUND", "SERLSearch"]
+
+SEED_ROUND = 1
+"""The round whose candidates are the design library's programs."""
+
+
+def _island_score(cand: Candidate) -> float | None:
+    """The score a program holds on its island: its short-stage score, else (a cascade
+    without one) its full score; None when it has neither, or copied it."""
+    for stage in ("short", "full"):
+        entry = cand.stages.get(stage)
+        if entry is not None:
+            return None if entry.get("duplicate_of") else entry.get("score")
+    return None
+
+
+class SERLSearch(SERLLoop):
+    """The outer loop run as a search (module docstring); same arguments as
+    :class:`~serl_jax.loop.outer.SERLLoop`, which it drives through the same run store."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.search = self.cfg.search
+        short = copy.deepcopy(self.config_dict)
+        ppo = self.cfg.ppo
+        rollout = ppo.num_envs * ppo.num_steps
+        updates = max(1, round(ppo.num_updates * self.search.short_fraction))
+        short["ppo"]["total_timesteps"] = updates * rollout
+        self._short_config = short
+        self._probes: dict[tuple[str, str], dict] = {}
+
+    # -- stages ------------------------------------------------------------------------
+    def _stage_run(self, stage: str):
+        if stage == "short":
+
+            def folder(c: Candidate) -> str:
+                path = self.store.candidate_dir(c.id) / "short"
+                path.mkdir(exist_ok=True)
+                return str(path)
+
+            return self._short_config, folder
+        return super()._stage_run(stage)
+
+    def _stop_reason(self, j: int, elapsed_s: float) -> str | None:
+        if j <= SEED_ROUND:
+            return None
+        return budget_left(self.search, self._designed(), elapsed_s)[1]
+
+    def _designed(self) -> int:
+        return sum(1 for c in self.store.candidates() if c.iteration > SEED_ROUND)
+
+    # -- the program database ------------------------------------------------------------
+    def database(self) -> ProgramDatabase:
+        """The islands as of the finished rounds and the current one's scored programs,
+        rebuilt by replaying the run's adds and resets."""
+        db = ProgramDatabase(self.search.islands, self.search.island_capacity)
+        finished = {s.iteration for s in self.store.iterations()}
+        rounds = sorted({c.iteration for c in self.store.candidates()})
+        for j in rounds:
+            for cand in self.store.candidates(j):
+                score = _island_score(cand)
+                if score is None:
+                    continue
+                islands = range(self.search.islands) if cand.island is None else [cand.island]
+                for module in _designed_slots(cand):
+                    if module not in self.loop.modules:
+                        continue
+                    for island in islands:
+                        db.add(island, Program(cand.id, module, cand.slot_code(module), score))
+            every = self.search.reset_every
+            if j in finished and j > SEED_ROUND and every and (j - SEED_ROUND) % every == 0:
+                db.reset(random.Random(f"reset-{self.cfg.run.seed}-{j}"))
+        return db
+
+    # -- design ------------------------------------------------------------------------
+    def _propose(self, j: int) -> None:
+        if j == SEED_ROUND:
+            self._propose_library()
+            return
+        with self._timed("design"):
+            self._design(j)
+
+    def _design(self, j: int) -> None:
+        """Round j's prompts, one designer call per module, and their candidates."""
+        k, _ = budget_left(self.search, self._designed(), float("-inf"))
+        db = self.database()
+        rng = random.Random(f"round-{self.cfg.run.seed}-{j}")
+        incumbent = self.best()
+        reference = next(c for c in self.store.candidates(0) if c.id == REFERENCE_ID)
+        asks: dict[str, list[tuple[int, str, list[Program]]]] = {}
+        for i in range(k):
+            module = self.loop.modules[i % len(self.loop.modules)]
+            island = i % self.search.islands
+            kind = rng.choices(SEARCH_PROMPT_KINDS, weights=self.search.prompt_mix)[0]
+            shots = self._shots(db, island, module, kind, rng)
+            if not shots:  # an island with no program of the module: the default
+                code = reference.slot_code(module)
+                shots = [Program(reference.id, module, code, float(reference.score))]
+                kind = "better" if kind == "crossover" else kind
+            asks.setdefault(module, []).append((island, kind, shots))
+        prompts: list[tuple[str, str, str, list[str], Any]] = []
+        candidates: list[tuple[int, Candidate]] = []
+        idx = 0
+        for module, group in asks.items():
+            texts = [
+                search_prompt(
+                    kind,
+                    module,
+                    shots,
+                    score_label=self.score_label,
+                    macro=self.macro,
+                    style=self.loop.prompt_style,
+                    imagine=self.cfg.imagine,
+                    marl=self.cfg.marl,
+                )  # fmt: skip
+                for _, kind, shots in group
+            ]
+            answers = self._ask(module, texts, 1, f"[j={j}] {module}: ")
+            for (island, kind, shots), text, [completion] in zip(
+                group, texts, answers, strict=True
+            ):
+                prompts.append((module, "design", text, [completion], None))
+                parents = [s.candidate_id for s in shots] + [incumbent.id]
+                cand = self._candidate(
+                    j, idx, module, f"search prompt: {kind}", completion, incumbent,
+                    parent_ids=list(dict.fromkeys(parents)), island=island, prompt_kind=kind,
+                )  # fmt: skip
+                candidates.append((len(prompts) - 1, cand))
+                idx += 1
+        self.store.add_proposals(j, prompts, candidates)
+        for _, cand in candidates:
+            self._report_candidate(cand)
+
+    def _shots(
+        self, db: ProgramDatabase, island: int, module: str, kind: str, rng: random.Random
+    ) -> list[Program]:
+        """The programs a prompt of ``kind`` shows (ascending score; empty: none)."""
+        if kind == "parameters":
+            own = db.programs(island, module)
+            return own[-1:]
+        if kind == "crossover":
+            others = [i for i in range(db.num_islands) if i != island and db.programs(i, module)]
+            own = db.shots(island, module, 1, rng)
+            if not others or not own:
+                return db.shots(island, module, self.search.shots, rng)
+            theirs = db.shots(rng.choice(others), module, 1, rng)
+            return sorted(own + theirs, key=lambda p: p.score)
+        return db.shots(island, module, self.search.shots, rng)
+
+    def _propose_library(self) -> None:
+        """Round 1: every library program of each designed module, dealt to the islands
+        in turn (the framework's default, the reference's, left out)."""
+        reference = next(c for c in self.store.candidates(0) if c.id == REFERENCE_ID)
+        incumbent = self.best()
+        candidates = []
+        idx = 0
+        for module in self.loop.modules:
+            default = program_text(reference.slot_code(module))
+            for design in library(module):
+                if program_text(design.code) == default:
+                    continue
+                completion = f"Library program {design.name}.\n```python\n{design.code}```\n"
+                cand = self._candidate(
+                    SEED_ROUND, idx, module, f"library program {design.name}", completion,
+                    incumbent, parent_ids=[incumbent.id], island=idx % self.search.islands,
+                    prompt_kind="library",
+                )  # fmt: skip
+                candidates.append((None, cand))
+                idx += 1
+        self.store.add_proposals(SEED_ROUND, [], candidates)
+
+    # -- evaluation --------------------------------------------------------------------
+    def _probe(self, cand: Candidate, kind: str) -> dict:
+        """A validated slot's outputs on the novelty probe, computed once per program."""
+        key = (kind, program_text(cand.slot_code(kind)))
+        if key not in self._probes:
+            self._probes[key] = probe_outputs(cand.slot_code(kind), kind)
+        return self._probes[key]
+
+    def _functional_duplicates(self, pending: list[Candidate]) -> dict[str, Candidate]:
+        """Candidate id -> the earlier candidate (trained at the short stage, or pending
+        before it) that computes the same outputs in the candidate's designed slot on the
+        novelty probe and has the same program text in every other slot."""
+
+        def others(c: Candidate, module: str) -> tuple[str, ...]:
+            return tuple(program_text(c.slot_code(k)) for k in SLOTS if k != module)
+
+        earlier = [
+            c for c in self.store.candidates()
+            if "short" in c.stages and _island_score(c) is not None
+        ]  # fmt: skip
+        out: dict[str, Candidate] = {}
+        for cand in pending:
+            module = cand.module
+            if module in PROBED:
+                mine, rest = self._probe(cand, module), others(cand, module)
+                for prior in earlier:
+                    if others(prior, module) == rest and same_outputs(
+                        mine, self._probe(prior, module)
+                    ):
+                        out[cand.id] = prior
+                        break
+            if cand.id not in out:
+                earlier.append(cand)
+        return out
+
+    def _process(self, j: int, evaluator: ProgramEvaluator) -> None:
+        """Round j through the cascade: validation and trial (with self-debugging),
+        the short stage, then the full stage for the promoted; each stage records its
+        results as they come, so a resumed round redoes only what is missing."""
+
+        def proposed() -> list[Candidate]:
+            return [c for c in self.store.candidates(j) if c.status == "proposed"]
+
+        with self._timed("validation"):
+            self._validate(proposed())
+            for attempt in range(1, self.loop.repair_attempts + 1 if j > SEED_ROUND else 1):
+                self._debug(j, attempt)
+                self._validate(proposed())
+        stages = self.search.stages
+        if "short" in stages:
+            with self._timed("short"):
+                pending = [c for c in self.store.candidates(j) if c.status == "validated"]
+                originals = self._functional_duplicates(pending)
+                self._evaluate(pending, evaluator, "short", originals)
+        if "full" not in stages:
+            return
+        if "short" in stages:
+            cands = self.store.candidates(j)
+            scores = {
+                c.id: c.stages["short"]["score"]
+                for c in cands
+                if "short" in c.stages and _island_score(c) is not None
+            }
+            chosen = set(promoted(scores, self.search.promote)) if scores else set()
+            if j == 0:
+                chosen = {REFERENCE_ID}  # the reference is every run's full-stage pairing
+            pending = [c for c in cands if c.id in chosen and "full" not in c.stages]
+        else:
+            pending = [c for c in self.store.candidates(j) if c.status == "validated"]
+        with self._timed("full"):
+            self._evaluate(pending, evaluator, "full")
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        """Adds the block's wall seconds to the run's ``stage_seconds[phase]`` (meta)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = dict(self._meta("stage_seconds", {}))
+            seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - t0
+            self.store.set_meta("stage_seconds", seconds)
+
+    def _finish(self, j: int) -> IterationSummary:
+        """The round's summary: its best fully trained score (else its best short-stage
+        score); the EMA is kept for the progress plot, and never stops the search."""
+        cands = self.store.candidates(j)
+        full = [c for c in cands if c.status == "evaluated"]
+        pool = full or [c for c in cands if c.score is not None]
+        best = max(pool, key=lambda c: c.score)
+        ema, _ = self.convergence.update(j, float(best.score))
+        summary = IterationSummary(
+            j, float(best.score), ema, best.id if best.status == "evaluated" else None, False
+        )
+        self.store.finish_iteration(summary)
+        self.log(
+            f"[j={j}] {len(cands)} candidate(s); best {self.score_label} "
+            f"{best.score:.2f} bps ({best.id}, {best.status})"
+        )
+        return summary

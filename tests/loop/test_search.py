@@ -1,0 +1,288 @@
+"""The SE-RL loop as a search: the cascade's promotion and budget on hand-made values, its
+stage counts, bad input, and a tiny search run end to end, killed in its full stage and
+resumed without training any finished stage again.
+
+The end-to-end run designs rewards only, with a scripted designer that answers every
+prompt with (a) the default reward with a local variable renamed (a functional duplicate
+of the reference: not trained) and (b) the default with its PA scaled by 2 (trained once;
+the second time it is an exact duplicate).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from llm.backends.offline import parse_candidates
+from llm.designs import library
+from llm.prompts import DEFAULT_CODE
+from serl_jax import train
+from serl_jax.config import SEARCH_STAGES, ConfigError, SearchConfig, load_config
+from serl_jax.loop import Candidate, RunStore, dispatch
+from serl_jax.loop.cascade import budget_left, promoted, short_full_agreement, stage_counts
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "configs" / "tiny.yaml")
+
+
+# -- promotion, budget, counts -----------------------------------------------------------
+def test_promotion_keeps_exactly_the_top_fraction():
+    scores = {"a": -3.0, "b": -1.0, "c": -2.0, "d": float("nan"), "e": -1.5, "f": -9.0}
+    # 5 finite scores: floor(0.5 * 5) = 2 go on, best first
+    assert promoted(scores, 0.5) == ["b", "e"]
+    assert promoted(scores, 0.6) == ["b", "e", "c"]
+    # never fewer than one
+    assert promoted(scores, 0.1) == ["b"]
+    # ties: the earlier candidate first
+    assert promoted({"x": 1.0, "y": 2.0, "z": 2.0}, 0.34) == ["y"]
+    assert promoted({"n": float("nan")}, 0.5) == []
+    for bad in (0.0, 1.0, -0.2, 1.5):
+        with pytest.raises(ValueError, match="fraction"):
+            promoted(scores, bad)
+
+
+def test_the_budget_ends_on_candidates_or_minutes():
+    search = SearchConfig(budget_candidates=10, budget_minutes=5.0, round_candidates=4)
+    assert budget_left(search, 0, 0.0) == (4, None)
+    assert budget_left(search, 8, 100.0) == (2, None)  # the last, shorter round
+    assert budget_left(search, 10, 100.0) == (0, "budget_candidates")
+    assert budget_left(search, 3, 300.0) == (0, "budget_minutes")
+    assert budget_left(SearchConfig(budget_candidates=10), 3, 1e9) == (7, None)  # no time limit
+
+
+def _cand(cid: str, status: str, stage: str | None = None, **stages) -> Candidate:
+    validation = None if stage is None else {"ok": False, "stage": stage, "reason": "x"}
+    return Candidate(cid, 1, 0, "reward", status=status, validation=validation, stages=stages)
+
+
+def test_stage_counts_by_hand():
+    cands = [
+        _cand("parse", "rejected", "parse"),
+        _cand("static", "rejected", "static"),
+        _cand("runtime", "rejected", "runtime"),
+        _cand("waiting", "validated"),
+        _cand("short-crash", "crashed", short={"score": None, "seconds": 2.0}),
+        _cand("short", "screened", short={"score": -3.0, "seconds": 2.0}),
+        _cand("copy", "screened", short={"score": -3.0, "duplicate_of": "short"}),
+        _cand(
+            "full",
+            "evaluated",
+            short={"score": -2.0, "seconds": 2.0},
+            full={"score": -1.0, "seconds": 9.0},
+        ),  # fmt: skip
+    ]
+    seconds = {"validation": 60.0, "short": 360.0, "full": 900.0}
+    counts = stage_counts(cands, elapsed_s=1800.0, stage_seconds=seconds)
+    assert list(counts) == list(SEARCH_STAGES)
+    assert counts["validation"] == {
+        "candidates": 8, "passed": 6, "trained": None, "candidates_per_hour": 16.0,
+        "seconds": 60.0, "candidates_per_stage_hour": 480.0,
+    }  # fmt: skip
+    assert counts["trial"] == {
+        "candidates": 6, "passed": 5, "trained": None, "candidates_per_hour": 12.0,
+        "seconds": 60.0, "candidates_per_stage_hour": 360.0,
+    }  # fmt: skip
+    assert counts["short"] == {
+        "candidates": 4, "passed": 3, "trained": 3, "candidates_per_hour": 8.0,
+        "seconds": 360.0, "candidates_per_stage_hour": 40.0,
+    }  # fmt: skip
+    assert counts["full"] == {
+        "candidates": 1, "passed": 1, "trained": 1, "candidates_per_hour": 2.0,
+        "seconds": 900.0, "candidates_per_stage_hour": 4.0,
+    }  # fmt: skip
+    no_time = stage_counts(cands, 0.0)["full"]
+    assert no_time["candidates_per_hour"] is None and no_time["candidates_per_stage_hour"] is None
+
+
+def test_short_and_full_agreement_by_hand():
+    def both(cid, short, full, **extra):
+        return _cand(cid, "evaluated", short={"score": short, **extra}, full={"score": full})
+
+    cands = [
+        both("a", -3.0, -2.0),
+        both("b", -1.0, -1.5),
+        both("c", -2.0, -1.0),
+        both("copy", -2.0, -1.0, duplicate_of="c"),  # not a pair of its own
+        _cand("short-only", "screened", short={"score": -0.5}),
+    ]
+    # ranks: short (1, 3, 2), full (1, 2, 3): rho = 1 - 6 * (0 + 1 + 1) / (3 * 8) = 0.5
+    assert short_full_agreement(cands) == {"n": 3, "spearman": pytest.approx(0.5)}
+    assert short_full_agreement(cands[:2]) is None
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("search.budget_minutes=0", "search.budget_minutes"),
+        ("search.budget_minutes=-5", "search.budget_minutes"),
+        ("search.budget_candidates=0", "search.budget_candidates"),
+        ("search.stages=[validation,trial,medium,full]", "search.stages"),
+        ("search.stages=[validation,trial,full,short]", "search.stages"),
+        ("search.stages=[validation,trial]", "search.stages"),
+        ("search.promote=1.0", "search.promote"),
+        ("search.promote=0", "search.promote"),
+        ("search.short_fraction=1.5", "search.short_fraction"),
+        ("search.prompt_mix=[1,0,0]", "search.prompt_mix"),
+    ],
+)
+def test_bad_search_settings_are_one_line_errors_naming_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert str(err.value).startswith(key) and "\n" not in str(err.value)
+
+
+def test_bad_budget_on_the_command_line(tmp_path, capsys):
+    assert train.main(["--budget-minutes", "0", "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: search.budget_minutes: must be > 0") and "\n" not in err
+    assert not list(tmp_path.iterdir())  # no run folder
+    assert train.main(["--budget-candidates", "3", "--llm", "none", "--quiet"]) == 2
+    assert "search.enabled" in capsys.readouterr().err
+
+
+# -- a search end to end -------------------------------------------------------------------
+RENAMED = DEFAULT_CODE["reward"].replace("positive", "is_positive")
+SCALED = DEFAULT_CODE["reward"].replace("* 1e4", "* 2e4")
+
+
+def _fence(code: str) -> str:
+    return f"A new program:\n```python\n{code}```\n"
+
+
+@pytest.fixture(scope="module")
+def search_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("search")
+    script = tmp / "script.json"
+    completions = {"LLM4Reward": [_fence(RENAMED), _fence(SCALED)]}
+    script.write_text(json.dumps({"completions": completions, "cycle": True}))
+    args = [
+        "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
+        "--llm", f"scripted:{script}", "--modules", "reward", "--budget-candidates", "4",
+        "search.round_candidates=2", "search.islands=2", "search.promote=0.5",
+        "search.reset_every=1", "loop.candidate_batch=8", "loop.train_budget_s=0",
+        "eval.n_bootstrap=100",
+    ]  # fmt: skip
+    jobs: list[list[str]] = []
+    real = dispatch._evaluate_job
+
+    def counting(job):
+        dirs = [Path(t[4]) for t in job]
+        names = [f"{d.parent.name}/short" if d.name == "short" else f"{d.name}/full" for d in dirs]
+        jobs.append(names)
+        # killed at the first full-stage job of round 1 (its short stage is done)
+        if any(n.startswith("j1-") and n.endswith("/full") for n in names):
+            if not any(j for j in jobs[:-1] if j[0].startswith("j1-") and j[0].endswith("full")):
+                raise KeyboardInterrupt
+        return real(job)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(dispatch, "_evaluate_job", counting)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train.main(args)
+        (run_dir,) = list((tmp / "runs").iterdir())
+        killed = RunStore.open(run_dir)
+        before = {c.id: (c.status, dict(c.stages)) for c in killed.candidates()}
+        killed.close()
+        assert train.main(["--resume", str(run_dir), "--quiet"]) == 0
+    finally:
+        mp.undo()
+    return run_dir, jobs, before
+
+
+def test_a_killed_search_resumes_without_training_a_finished_stage_again(search_run):
+    run_dir, jobs, before = search_run
+    seeds = [d for d in library("reward") if d.code != DEFAULT_CODE["reward"]]
+    round1 = [cid for cid in before if cid.startswith("j1-")]
+    assert len(round1) == len(seeds)
+    # killed in round 1's full stage: every seed had its short stage, none its full one
+    assert all(before[c][0] == "screened" and "full" not in before[c][1] for c in round1)
+    trained = [name for job in jobs for name in job]
+    killed_job = next(job for job in jobs if job[0].startswith("j1-") and job[0].endswith("full"))
+    once = trained.copy()
+    for name in killed_job:  # the killed job trained nothing
+        once.remove(name)
+    assert Counter(once).most_common(1)[0][1] == 1
+    store = RunStore.open(run_dir)
+    for c in store.candidates():
+        for stage, entry in c.stages.items():
+            if entry.get("score") is not None and not entry.get("duplicate_of"):
+                assert f"{c.id}/{stage}" in once
+
+
+def test_the_best_short_stage_share_goes_on_to_full_training(search_run):
+    store = RunStore.open(search_run[0])
+    round1 = store.candidates(1)
+    # the library's pa_penalty computes the default reward's terms: it copies the
+    # reference's short score and does not compete
+    copies = [c for c in round1 if c.duplicate_of]
+    assert [c.duplicate_of for c in copies] == ["j0-default"]
+    shorts = {c.id: c.stages["short"]["score"] for c in round1 if not c.duplicate_of}
+    full = {c.id for c in round1 if "full" in c.stages}
+    assert full == set(promoted(shorts, 0.5))
+    assert len(full) == math.floor(0.5 * len(shorts))
+    assert all(c.status == "evaluated" for c in round1 if c.id in full)
+    assert all(c.status == "screened" for c in round1 if c.id not in full)
+
+
+def test_duplicates_reuse_the_first_score(search_run):
+    store = RunStore.open(search_run[0])
+    designed = [c for c in store.candidates() if c.iteration >= 2]
+    assert [c.iteration for c in designed] == [2, 2, 3, 3]  # the budget: 4 candidates
+    renamed = [c for c in designed if c.code.strip() == RENAMED.strip()]
+    scaled = [c for c in designed if c.code.strip() == SCALED.strip()]
+    assert len(renamed) == 2 and len(scaled) == 2
+    reference = store.candidates(0)[0]
+    for c in renamed:  # the same outputs as the reference: its short score, not trained
+        assert c.duplicate_of == reference.id
+        assert c.stages["short"] == {
+            "score": reference.stages["short"]["score"],
+            "duplicate_of": reference.id,
+        }
+    first, second = scaled
+    assert first.duplicate_of is None and first.stages["short"]["seconds"] is not None
+    assert second.duplicate_of == first.id
+    assert second.stages["short"]["score"] == first.stages["short"]["score"]
+
+
+def test_prompts_show_the_islands_programs_in_score_order(search_run):
+    store = RunStore.open(search_run[0])
+    by_id = {c.id: c for c in store.candidates()}
+    design = [p for p in store.prompts() if p["iteration"] >= 2]
+    assert design
+    for row in design:
+        shown = parse_candidates(row["prompt"])
+        assert shown
+        scores = [s.score for s in shown]
+        assert scores == sorted(scores)
+        for s in shown:
+            # each shot is a scored program of the run, shown with its short-stage score
+            assert math.isclose(s.score, by_id[s.id].stages["short"]["score"], abs_tol=0.006)
+        kind = re.search(r"^SEARCH: (\w+)$", row["prompt"], re.M).group(1)
+        cand = next(c for c in store.candidates(row["iteration"]) if c.prompt_id == row["id"])
+        assert cand.prompt_kind == kind and cand.island in (0, 1)
+
+
+def test_report_counts_the_stages(search_run):
+    run_dir = search_run[0]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["stopped"] == "budget_candidates"
+    stages = report["stages"]
+    assert list(stages) == list(SEARCH_STAGES)
+    store = RunStore.open(run_dir)
+    cands = store.candidates()
+    assert stages["validation"]["candidates"] == len(cands)
+    assert stages["short"]["candidates"] == sum("short" in c.stages for c in cands)
+    # not trained: pa_penalty (= the default), 2 renamed defaults, 1 exact copy
+    assert stages["short"]["trained"] == stages["short"]["candidates"] - 4
+    assert stages["full"]["candidates"] == sum("full" in c.stages for c in cands)
+    assert all(e["candidates_per_hour"] > 0 for e in stages.values())
+    assert all(e["seconds"] > 0 and e["candidates_per_stage_hour"] > 0 for e in stages.values())
+    assert "Cascade: validation" in (run_dir / "report.md").read_text()
+    pairs = [c for c in cands if "full" in c.stages and not c.duplicate_of]
+    assert report["short_vs_full"]["n"] == len(pairs)

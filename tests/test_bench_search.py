@@ -1,0 +1,62 @@
+"""``benchmarks/bench_search.py``'s reading of a run: the curve of the best full-stage
+score against candidates designed, on a hand-made run store, and its seed intervals
+against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serl_jax.loop import Candidate, RunStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_search  # noqa: E402
+
+
+def _cand(j: int, i: int, short: float | None, full: float | str | None) -> Candidate:
+    """A candidate with these stage scores (``full="crashed"``: failed in full training)."""
+    stages = {}
+    if short is not None:
+        stages["short"] = {"score": short, "seconds": 1.0}
+    if full == "crashed":
+        stages["full"] = {"score": None, "seconds": 4.0}
+        return Candidate(f"j{j}-c{i}", j, i, "reward", status="crashed", stages=stages)
+    if full is not None:
+        stages["full"] = {"score": full, "seconds": 4.0}
+    status = "evaluated" if full is not None else "screened" if short is not None else "rejected"
+    return Candidate(f"j{j}-c{i}", j, i, "reward", status=status, stages=stages)
+
+
+def test_the_curve_counts_designed_candidates_and_keeps_the_best_full_score(tmp_path):
+    store = RunStore.create(tmp_path / "run", {"loop": {"score": "shortfall"}}, "")
+    rounds = {
+        0: [_cand(0, 0, -5.0, -4.0)],  # the reference
+        1: [_cand(1, 0, -4.5, -3.5), _cand(1, 1, -6.0, None)],  # library seeds
+        2: [_cand(2, 0, -3.0, None), _cand(2, 1, -2.0, -3.0), _cand(2, 2, None, None)],
+        3: [_cand(3, 0, -1.0, -2.5), _cand(3, 1, -7.0, "crashed")],
+    }
+    for j, cands in rounds.items():
+        store.add_proposals(j, [], [(None, c) for c in cands])
+    store.close()
+    n, best = bench_search.curve(tmp_path / "run")
+    # n = 0: the reference and seeds (best full -3.5); then one point per designed one,
+    # each the best full score up to it, in run order
+    assert n.tolist() == [0, 1, 2, 3, 4, 5]
+    assert best.tolist() == [-3.5, -3.5, -3.0, -3.0, -2.5, -2.5]
+    assert bench_search.score_key(tmp_path / "run") == "shortfall"
+
+
+def test_seed_intervals_by_hand():
+    values = np.array([1.0, 2.0, 4.0])
+    out = bench_search.interval(values)
+    se = np.std(values, ddof=1) / math.sqrt(3)  # 0.8819
+    assert out["value"] == pytest.approx(7.0 / 3.0)
+    assert out["ci_low"] == pytest.approx(7.0 / 3.0 - 4.302653 * se, rel=1e-5)
+    assert out["ci_high"] == pytest.approx(7.0 / 3.0 + 4.302653 * se, rel=1e-5)
+    assert out["mde"] == pytest.approx((4.302653 + 1.060660) * se, rel=1e-5)
+    one = bench_search.interval(np.array([3.0]))
+    assert one == {"value": 3.0, "ci_low": None, "ci_high": None, "mde": None, "n": 1}
