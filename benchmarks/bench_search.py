@@ -37,6 +37,8 @@ curves (mean over seeds, each seed thin) to ``--plot``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import platform
@@ -130,7 +132,8 @@ def run_one(designer: str, seed: int, args: argparse.Namespace, extra: list[str]
             *(["--budget-minutes", str(args.budget_minutes)] if args.budget_minutes else []),
             *extra, *args.overrides,
         ]  # fmt: skip
-    code = train.main(argv)
+    with contextlib.redirect_stdout(io.StringIO()):  # each run's own table: in its folder
+        code = train.main(argv)
     if code != 0:
         raise SystemExit(f"bench_search: {designer} seed {seed} failed with exit code {code}")
     if not root.exists():
