@@ -512,6 +512,15 @@ class SERLLoop:
                     )  # fmt: skip
                     candidates.append((len(prompts) - 1, cand))
                     idx += 1
+        self._record_proposals(j, prompts, candidates)
+
+    def _record_proposals(
+        self,
+        j: int,
+        prompts: list[tuple[str, str, str, list[str], Any]],
+        candidates: list[tuple[int | None, Candidate]],
+    ) -> None:
+        """Records round j's prompts and candidates (one transaction) and logs them."""
         self.store.add_proposals(j, prompts, candidates)
         for _, cand in candidates:
             self._report_candidate(cand)
@@ -625,9 +634,7 @@ class SERLLoop:
                 )  # fmt: skip
                 retries.append((len(prompts) - 1, cand))
                 idx += 1
-        self.store.add_proposals(j, prompts, retries)
-        for _, cand in retries:
-            self._report_candidate(cand)
+        self._record_proposals(j, prompts, retries)
         return [cand for _, cand in retries]
 
     def _validate(self, pending: list[Candidate]) -> None:

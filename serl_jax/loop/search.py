@@ -188,9 +188,7 @@ class SERLSearch(SERLLoop):
                 )  # fmt: skip
                 candidates.append((len(prompts) - 1, cand))
                 idx += 1
-        self.store.add_proposals(j, prompts, candidates)
-        for _, cand in candidates:
-            self._report_candidate(cand)
+        self._record_proposals(j, prompts, candidates)
 
     def _shots(
         self, db: ProgramDatabase, island: int, module: str, kind: str, rng: random.Random
@@ -231,20 +229,23 @@ class SERLSearch(SERLLoop):
         self.store.add_proposals(SEED_ROUND, [], candidates)
 
     # -- evaluation --------------------------------------------------------------------
-    def _probe(self, cand: Candidate, kind: str) -> dict:
-        """A validated slot's outputs on the novelty probe, computed once per program."""
-        key = (kind, program_text(cand.slot_code(kind)))
-        if key not in self._probes:
-            self._probes[key] = probe_outputs(cand.slot_code(kind), kind)
-        return self._probes[key]
+    def _probe(self, code: str, kind: str) -> dict:
+        """A validated slot's outputs on the novelty probe, computed once per code."""
+        if (kind, code) not in self._probes:
+            self._probes[(kind, code)] = probe_outputs(code, kind)
+        return self._probes[(kind, code)]
 
     def _functional_duplicates(self, pending: list[Candidate]) -> dict[str, Candidate]:
         """Candidate id -> the earlier candidate (trained at the short stage, or pending
         before it) that computes the same outputs in the candidate's designed slot on the
         novelty probe and has the same program text in every other slot."""
+        texts: dict[tuple[str, str], str] = {}  # (candidate id, slot) -> program text
 
         def others(c: Candidate, module: str) -> tuple[str, ...]:
-            return tuple(program_text(c.slot_code(k)) for k in SLOTS if k != module)
+            for k in SLOTS:
+                if (c.id, k) not in texts:
+                    texts[(c.id, k)] = program_text(c.slot_code(k))
+            return tuple(texts[(c.id, k)] for k in SLOTS if k != module)
 
         earlier = [
             c for c in self.store.candidates()
@@ -254,10 +255,10 @@ class SERLSearch(SERLLoop):
         for cand in pending:
             module = cand.module
             if module in PROBED:
-                mine, rest = self._probe(cand, module), others(cand, module)
+                mine, rest = self._probe(cand.slot_code(module), module), others(cand, module)
                 for prior in earlier:
                     if others(prior, module) == rest and same_outputs(
-                        mine, self._probe(prior, module)
+                        mine, self._probe(prior.slot_code(module), module)
                     ):
                         out[cand.id] = prior
                         break
