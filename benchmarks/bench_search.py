@@ -183,6 +183,11 @@ def summarize(designers: list[str], runs: dict[str, list[Path]]) -> list[dict]:
             "copy_rate": float(np.mean([rep["copy_rate"] for rep in reports])),
             "duplicate_rate": float(np.mean([rep["duplicate_rate"] for rep in reports])),
             "distinct_valid": float(np.mean([rep["distinct_valid"] for rep in reports])),
+            "designed_valid": int(sum(rep["designed_valid"] for rep in reports)),
+            "designer_seconds_per_valid": _ratio(
+                [rep["designer"]["seconds"] for rep in reports],
+                [rep["designer"]["valid"] for rep in reports],
+            ),
             "short_per_hour": float(
                 np.mean([rep["stages"]["short"]["candidates_per_hour"] for rep in reports])
             ),
@@ -191,6 +196,13 @@ def summarize(designers: list[str], runs: dict[str, list[Path]]) -> list[dict]:
             row["minus_first"] = interval(finals[designer] - finals[designers[0]])
         rows.append(row)
     return rows
+
+
+def _ratio(seconds: list[float | None], valid: list[int]) -> float | None:
+    """Seconds per valid program over all seeds (None where no call was timed)."""
+    if any(s is None for s in seconds) or not sum(seconds) or not sum(valid):
+        return None
+    return sum(seconds) / sum(valid)
 
 
 def plot(designers: list[str], runs: dict[str, list[Path]], path: str, label: str) -> None:
@@ -248,9 +260,10 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(
         "| designer | best validation (bps, mean [95% CI] over seeds) | minus "
-        f"{designers[0]} (MDE) | test vs default, per seed | copy | dup | distinct | short/h |"
+        f"{designers[0]} (MDE) | test vs default, per seed | copy | dup | designed valid | "
+        "distinct | designer s/valid | short/h |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         b, d = row["best_validation"], row.get("minus_first")
         diff = "" if d is None else (
@@ -266,7 +279,8 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"| {row['designer']} | {b['value']:.3f} [{_fmt(b['ci_low'], '.3f')}, "
             f"{_fmt(b['ci_high'], '.3f')}] | {diff} | {tests} | {row['copy_rate']:.0%} | "
-            f"{row['duplicate_rate']:.0%} | {row['distinct_valid']:.0f} | "
+            f"{row['duplicate_rate']:.0%} | {row['designed_valid']} | "
+            f"{row['distinct_valid']:.0f} | {_fmt(row['designer_seconds_per_valid'], '.1f')} | "
             f"{row['short_per_hour']:.0f} |"
         )
         if args.json:

@@ -19,7 +19,8 @@ Stage counts (:func:`stage_counts`), from the candidates' records:
   that were not duplicates.
 
 :func:`short_full_agreement` says whether the short stage is a fair screen: the rank
-correlation of short and full scores over the promoted candidates.
+correlation of short and full scores over the promoted candidates. :func:`designer_cost`
+prices the step before the cascade: the designer's seconds per valid program it wrote.
 """
 
 from __future__ import annotations
@@ -31,9 +32,21 @@ from typing import Any
 from scipy import stats
 
 from serl_jax.config import SEARCH_STAGES, SearchConfig
+from serl_jax.loop.novelty import VALID
 from serl_jax.loop.store import Candidate
 
-__all__ = ["budget_left", "promoted", "short_full_agreement", "stage_counts"]
+__all__ = [
+    "DESIGNER_USAGE",
+    "budget_left",
+    "designer_cost",
+    "promoted",
+    "short_full_agreement",
+    "stage_counts",
+]
+
+# A run's designer calls so far (run store meta ``designer_usage``): calls, completions,
+# wall seconds in the calls, tokens generated (None where the backend counts none).
+DESIGNER_USAGE = {"calls": 0, "completions": 0, "seconds": 0.0, "tokens": 0}
 
 
 def promoted(scores: Mapping[str, float], fraction: float) -> list[str]:
@@ -179,3 +192,37 @@ def budget_left(search: SearchConfig, designed: int, elapsed_s: float) -> tuple[
     if left <= 0:
         return 0, "budget_candidates"
     return min(left, search.round_candidates), None
+
+
+def designer_cost(
+    candidates: Iterable[Candidate], usage: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """What the designer's programs cost: seconds of designer calls per valid program.
+
+    A program counts as the designer's when it answers one of its prompts (a design or
+    self-debugging prompt; ``prompt_id`` set): the reference and the search's library
+    seeds do not. Valid: it passed validation and the sandbox trial (status
+    ``validated``, ``screened``, ``evaluated`` or ``crashed``). Self-debugging calls count
+    in the seconds, and their valid answers in the programs, as in the run log.
+
+    Args:
+        candidates: the run's candidates.
+        usage: the run's designer calls (:data:`DESIGNER_USAGE`'s keys), or None (a run
+            recorded before they were counted).
+
+    Returns:
+        ``{"calls", "completions", "seconds", "tokens", "tokens_per_s", "valid",
+        "seconds_per_valid"}``: ``usage``'s counts (None without it), tokens per second
+        (None without tokens or seconds), the designer's valid programs and seconds per
+        valid program (None without both).
+    """
+    valid = sum(1 for c in candidates if c.prompt_id is not None and c.status in VALID)
+    usage = dict(usage) if usage is not None else dict.fromkeys(DESIGNER_USAGE)
+    seconds, tokens = usage["seconds"], usage["tokens"]
+    timed = seconds is not None and seconds > 0
+    return {
+        **usage,
+        "tokens_per_s": tokens / seconds if timed and tokens is not None else None,
+        "valid": valid,
+        "seconds_per_valid": seconds / valid if timed and valid else None,
+    }

@@ -23,10 +23,13 @@ Definitions (over a run's *valid* candidates: those that passed validation, stat
   every element differs by at most ``1e-6`` times the largest magnitude of that output
   (:data:`RTOL`). Other slots (imagination, profiling, communication) agree when their
   canonical programs are equal.
-- **Rates** (:func:`novelty`): ``copy_rate`` = copies / valid candidates,
-  ``duplicate_rate`` = functional duplicates of an earlier valid candidate / valid
-  candidates (both 0.0 when no candidate is valid), ``distinct_valid`` = valid candidates
-  that are neither (a count).
+- **Rates** (:func:`novelty`), over the designer's valid programs (those answering one of
+  its prompts, ``prompt_id`` set; the reference and the search's library seeds are not
+  the designer's, but an earlier one can be what a designed program duplicates):
+  ``copy_rate`` = copies / designed valid, ``duplicate_rate`` = functional duplicates of
+  an earlier valid candidate / designed valid (both 0.0 when there is none),
+  ``designed_valid`` (a count); and ``distinct_valid`` = valid candidates, the seeds
+  included, that are neither (a count).
 
 The probe runs candidate code in this process: call :func:`probe_outputs` only on code
 that passed :func:`llm.validate.validate` (it defines it with
@@ -301,13 +304,13 @@ def novelty(
             :func:`probe_outputs`).
 
     Returns:
-        ``{"copy_rate", "duplicate_rate", "distinct_valid"}``: two fractions in [0, 1]
-        and a count.
+        ``{"copy_rate", "duplicate_rate", "designed_valid", "distinct_valid"}``: two
+        fractions in [0, 1] and two counts.
     """
     slots, probe = tuple(slots), functools.cache(probe)  # a program is probed once
     valid = [c for c in candidates if c.status in VALID]
     seen: list[Signature] = []
-    copies = duplicates = distinct = 0
+    copies = duplicates = designed = distinct = 0
     for cand in valid:
         prompt = prompts.get(cand.prompt_id) if cand.prompt_id is not None else None
         copy = prompt is not None and is_copy(cand.slot_code(cand.module), prompt)
@@ -315,12 +318,15 @@ def novelty(
         duplicate = any(_same(mine, other) for other in seen)
         if not duplicate:
             seen.append(mine)
-        copies += copy
-        duplicates += duplicate
+        if cand.prompt_id is not None:
+            designed += 1
+            copies += copy
+            duplicates += duplicate
         distinct += not (copy or duplicate)
-    n = max(len(valid), 1)
+    n = max(designed, 1)
     return {
         "copy_rate": copies / n,
         "duplicate_rate": duplicates / n,
+        "designed_valid": designed,
         "distinct_valid": distinct,
     }

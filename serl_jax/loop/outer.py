@@ -72,6 +72,7 @@ from llm.prompts import (
 from llm.repair import repair
 from llm.validate import Limits, SandboxError, validate
 from serl_jax.config import LOOP_SCORES, Config
+from serl_jax.loop.cascade import DESIGNER_USAGE
 from serl_jax.loop.convergence import EmaConvergence
 from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore
@@ -147,15 +148,14 @@ def _designed_slots(cand: Candidate) -> tuple[str, ...]:
     return tuple(kind for kind in SLOTS if cand.slot_code(kind))
 
 
-def _throughput(backend: Backend, completions: list[str], t0: float) -> str:
+def _throughput(seconds: float, completions: int, tokens: int | None) -> str:
     """The run log's line for one designer call: completions, seconds per candidate and,
     where the backend counts tokens, tokens and tokens/s."""
-    seconds = time.perf_counter() - t0
-    n = len(completions)
-    line = f"{n} completion(s) in {seconds:.1f} s ({seconds / max(n, 1):.1f} s per candidate"
-    counts = [backend.count_tokens(c) for c in completions]
-    if counts and all(c is not None for c in counts):
-        tokens = sum(counts)
+    line = (
+        f"{completions} completion(s) in {seconds:.1f} s "
+        f"({seconds / max(completions, 1):.1f} s per candidate"
+    )
+    if tokens is not None:
         line += f", {tokens} tokens, {tokens / max(seconds, 1e-9):.1f} tokens/s"
     return line + ")"
 
@@ -552,8 +552,19 @@ class SERLLoop:
         answers = self.backend.generate(
             prompts, n=n, temperature=self.loop.temperature, max_new_tokens=budget
         )
+        seconds = time.perf_counter() - t0
         done = [c for completions in answers for c in completions]
-        self.log(label + _throughput(self.backend, done, t0))
+        counts = [self.backend.count_tokens(c) for c in done]
+        tokens = sum(counts) if counts and None not in counts else None
+        self.log(label + _throughput(seconds, len(done), tokens))
+        usage = dict(self._meta("designer_usage", DESIGNER_USAGE))
+        usage["calls"] += 1
+        usage["completions"] += len(done)
+        usage["seconds"] += seconds
+        usage["tokens"] = (
+            None if tokens is None or usage["tokens"] is None else (usage["tokens"] + tokens)
+        )
+        self.store.set_meta("designer_usage", usage)
         return answers
 
     def _candidate(

@@ -36,7 +36,7 @@ from serl_jax.experiment import (
     score_reward,
 )
 from serl_jax.loop.agents_evaluation import agents_market, evaluation_profile
-from serl_jax.loop.cascade import short_full_agreement, stage_counts
+from serl_jax.loop.cascade import designer_cost, short_full_agreement, stage_counts
 from serl_jax.loop.novelty import VALID, novelty
 from serl_jax.loop.outer import REFERENCE_ID, SLOTS, LoopOutcome, paired_with_reference
 from serl_jax.loop.store import Candidate, RunStore
@@ -54,6 +54,20 @@ def _meta(store: RunStore, key: str) -> Any:
         return store.meta(key)
     except KeyError:
         return None
+
+
+def _designer_line(cost: dict[str, Any]) -> str:
+    """report.md's line on the designer's cost (:func:`designer_cost`)."""
+    if not cost["calls"]:
+        return "Designer: no calls."
+    line = f"Designer: {cost['calls']} call(s), {cost['completions']} completion(s) in "
+    line += f"{cost['seconds']:.0f} s"
+    if cost["tokens_per_s"] is not None:
+        line += f", {cost['tokens']} tokens at {cost['tokens_per_s']:.1f} tokens/s"
+    line += f"; {cost['valid']} valid program(s)"
+    if cost["seconds_per_valid"] is not None:
+        line += f", {cost['seconds_per_valid']:.1f} s of designer time per valid program"
+    return line + "."
 
 
 def _ppo_policy(cfg: Config, store: RunStore, cand: Candidate):
@@ -361,6 +375,7 @@ def write_report(
         **novelty(cands, {row["id"]: row["prompt"] for row in store.prompts()}, SLOTS),
         "stages": stage_counts(cands, outcome.elapsed_s, stages, _meta(store, "stage_seconds")),
         "short_vs_full": short_full_agreement(cands),
+        "designer": designer_cost(cands, _meta(store, "designer_usage")),
     }
     (store.root / "report.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
     (store.root / "results.txt").write_text(table + "\n")
@@ -413,9 +428,12 @@ def write_report(
             f" over {summary['short_vs_full']['n']} programs trained at both."
         ),
         "",
-        f"Novelty: copy rate {summary['copy_rate']:.0%}, functional duplicate rate "
-        f"{summary['duplicate_rate']:.0%}, {summary['distinct_valid']} distinct valid "
-        "program(s).",
+        f"Novelty: over the designer's {summary['designed_valid']} valid program(s), copy "
+        f"rate {summary['copy_rate']:.0%} and functional duplicate rate "
+        f"{summary['duplicate_rate']:.0%}; {summary['distinct_valid']} distinct valid "
+        "program(s) in the run.",
+        "",
+        _designer_line(summary["designer"]),
         "",
         f"Candidates are ranked by their mean validation {label} (`loop.score`).",
         "",

@@ -129,7 +129,8 @@ def test_rates_by_hand():
     """Six candidates, five valid: j0 (no prompt), a copy of the prompt's program
     renamed (also a functional duplicate of j0), an original reward, its rewrite (a
     functional duplicate of it), an original with another constant, and a rejected one.
-    Copies 1/5 (c1), duplicates 2/5 (c1, c4), distinct 5 - 2 = 3 (c0, c2, c3)."""
+    Rates over the four designed (c0 has no prompt): copies 1/4 (c1), duplicates 2/4
+    (c1, c4); distinct 5 - 2 = 3 (c0, c2, c3)."""
     prompt = design_prompt("reward", "MACRO", "Improve it.", example=REWARD)
     outputs = {  # a stand-in probe: one term, by program
         canonical_program(REWARD): 2.0, canonical_program(REWRITTEN): 2.0,
@@ -155,9 +156,17 @@ def test_rates_by_hand():
         cand(5, "reward", "def reward(: ", status="rejected"),
     ]
     figures = novelty(cands, {1: prompt}, ("reward", "network", "imagination"), probe)
-    assert figures == {"copy_rate": 1 / 5, "duplicate_rate": 2 / 5, "distinct_valid": 3}
+    assert figures == {
+        "copy_rate": 1 / 4, "duplicate_rate": 2 / 4, "designed_valid": 4, "distinct_valid": 3,
+    }  # fmt: skip
+    # a library seed (no prompt) duplicating c0 is a duplicate, but not the designer's
+    seed = cand(6, "reward", RENAMED, prompt_id=None)
+    figures = novelty([*cands, seed], {1: prompt}, ("reward", "network", "imagination"), probe)
+    assert figures == {
+        "copy_rate": 1 / 4, "duplicate_rate": 2 / 4, "designed_valid": 4, "distinct_valid": 3,
+    }  # fmt: skip
     assert novelty([], {}, ("reward",), probe) == {
-        "copy_rate": 0.0, "duplicate_rate": 0.0, "distinct_valid": 0,
+        "copy_rate": 0.0, "duplicate_rate": 0.0, "designed_valid": 0, "distinct_valid": 0,
     }  # fmt: skip
 
 

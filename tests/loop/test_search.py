@@ -24,7 +24,13 @@ from llm.prompts import DEFAULT_CODE
 from serl_jax import train
 from serl_jax.config import SEARCH_STAGES, ConfigError, SearchConfig, load_config
 from serl_jax.loop import Candidate, RunStore, dispatch
-from serl_jax.loop.cascade import budget_left, promoted, short_full_agreement, stage_counts
+from serl_jax.loop.cascade import (
+    budget_left,
+    designer_cost,
+    promoted,
+    short_full_agreement,
+    stage_counts,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -97,6 +103,29 @@ def test_stage_counts_by_hand():
     }  # fmt: skip
     no_time = stage_counts(cands, 0.0)["full"]
     assert no_time["candidates_per_hour"] is None and no_time["candidates_per_stage_hour"] is None
+
+
+def test_designer_cost_by_hand():
+    """Three valid programs answer prompts (one of them crashed in training), a rejected
+    one and a library seed (no prompt) do not count: 120 s / 3 valid = 40 s each."""
+    cands = [
+        _cand("seed", "screened"),
+        _cand("ok", "evaluated"),
+        _cand("short", "screened"),
+        _cand("crash", "crashed"),
+        _cand("bad", "rejected", "static"),
+    ]
+    for i, cand in enumerate(cands[1:]):
+        cand.prompt_id = i
+    usage = {"calls": 2, "completions": 4, "seconds": 120.0, "tokens": 600}
+    assert designer_cost(cands, usage) == {
+        **usage, "tokens_per_s": 5.0, "valid": 3, "seconds_per_valid": 40.0,
+    }  # fmt: skip
+    untimed = designer_cost(cands, {**usage, "tokens": None})
+    assert untimed["tokens_per_s"] is None and untimed["seconds_per_valid"] == 40.0
+    before = designer_cost(cands, None)  # a run recorded before calls were counted
+    assert before["calls"] is None and before["seconds_per_valid"] is None
+    assert designer_cost(cands[:1], usage)["seconds_per_valid"] is None  # none valid
 
 
 def test_short_and_full_agreement_by_hand():
@@ -284,5 +313,11 @@ def test_report_counts_the_stages(search_run):
     assert all(e["candidates_per_hour"] > 0 for e in stages.values())
     assert all(e["seconds"] > 0 and e["candidates_per_stage_hour"] > 0 for e in stages.values())
     assert "Cascade: validation" in (run_dir / "report.md").read_text()
+    # two rounds of two prompts (reward only), one designer call each, all valid
+    designer = report["designer"]
+    assert (designer["calls"], designer["completions"], designer["valid"]) == (2, 4, 4)
+    assert designer["seconds_per_valid"] == pytest.approx(designer["seconds"] / 4)
+    assert designer["tokens"] is None  # the scripted backend counts none
+    assert report["designed_valid"] == 4
     pairs = [c for c in cands if "full" in c.stages and not c.duplicate_of]
     assert report["short_vs_full"]["n"] == len(pairs)
