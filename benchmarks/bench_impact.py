@@ -104,7 +104,8 @@ def main() -> None:
     if not args.json:
         print(machine_description())
     header = (
-        f"{'dataset':<14} {'market':<10} {'days':>4} {'delta':>6} {'Y':>6} {'post 1x':>8} "
+        f"{'dataset':<14} {'market':<10} {'days':>4} {'delta':>6} {'(se)':>7} {'Y':>6} "
+        f"{'post 1x':>8} "
         f"{'post 2x':>8} {'TWAP/sqrt':>9} {'reslice':>8} {'round trip bps':>14} {'s':>5}"
     )
     if not args.json:
@@ -134,12 +135,16 @@ def main() -> None:
                 continue
             print(
                 f"{name:<14} {market:<10} {report.days:>4} {report.delta:>6.3f} "
-                f"{report.y:>6.3f} {report.post_fraction_1x:>8.3f} "
+                f"{_se(report.delta_se):>7} {report.y:>6.3f} {report.post_fraction_1x:>8.3f} "
                 f"{report.post_fraction_2x:>8.3f} {report.twap_cost_over_sqrt_law:>9.3f} "
                 f"{report.reslice_change:>+8.3f} {report.round_trip_bps:>+14.2f} "
                 f"{seconds:>5.0f}",
                 flush=True,
             )
+
+
+def _se(value: float | None) -> str:
+    return "n/a" if value is None else f"({value:.3f})"
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ same scripted orders on the same days, against the empirical laws of market impa
   ``Q = f * E[V]`` (``f`` in :data:`DEFAULT_SIZES`, ``V`` the volume of a ``duration``
   -minute window starting at minute ``start``), one TWAP slice a minute. The peak
   impact, the price at the order's end against the same market without the order, is
-  fitted to ``Y * sigma_day * (Q/V)^delta`` over the sizes (least squares of the logs of
-  the means over days; ``Q/V`` with the day's realized window volume).
+  fitted to ``Y * sigma_day * (Q/V)^delta`` over the sizes (weighted least squares of the
+  logs of the means over days, each weighted by its inverse variance, so a size whose
+  mean impact is within the noise between days, such as a sub-tick move in the order
+  book, counts little; ``Q/V`` with the day's realized window volume).
 - **Relaxation** (Bacry et al. 2015; Zarinelli et al. 2015: to about 2/3 of the peak):
   the impact one and two order durations after the order ends, over its peak, at the
   reference size (:data:`REFERENCE_SIZE`).
@@ -67,6 +69,7 @@ class ImpactReport:
         days: days (episodes) measured.
         duration_minutes: the metaorders' duration D, minutes.
         delta, y: the square-root law's fitted exponent and prefactor.
+        delta_se: the standard error of ``delta`` (None without the sizes' errors).
         post_fraction_1x, post_fraction_2x: the impact D and 2D minutes after the order
             ends, over its peak.
         twap_cost_over_sqrt_law: the whole-day TWAP order's mean cost over
@@ -77,6 +80,7 @@ class ImpactReport:
             market without price manipulation).
         participation: ``[len(sizes)]`` mean realized ``Q/V`` per size.
         peak_sigma: ``[len(sizes)]`` mean peak impact per size, units of sigma_day.
+        peak_sigma_se: ``[len(sizes)]`` its standard error over days.
         relaxation: ``[3D + 1]`` the mean impact path of the reference order over its
             peak, minute by minute from its start.
     """
@@ -87,6 +91,7 @@ class ImpactReport:
     duration_minutes: int
     delta: float
     y: float
+    delta_se: float | None
     post_fraction_1x: float
     post_fraction_2x: float
     twap_cost_over_sqrt_law: float
@@ -94,6 +99,7 @@ class ImpactReport:
     round_trip_bps: float
     participation: tuple[float, ...]
     peak_sigma: tuple[float, ...]
+    peak_sigma_se: tuple[float, ...]
     relaxation: tuple[float, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,12 +108,21 @@ class ImpactReport:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 
-def fit_square_root_law(participation, peak_sigma) -> tuple[float, float]:
-    """``(delta, Y)`` of ``peak = Y (Q/V)^delta`` by least squares on the logs.
+def fit_square_root_law(
+    participation, peak_sigma, standard_error=None
+) -> tuple[float, float, float | None]:
+    """``(delta, Y, se(delta))`` of ``peak = Y (Q/V)^delta`` by least squares on the logs.
+
+    With ``standard_error``, each size's log is weighted by its inverse variance,
+    ``(peak / se)^2`` (the delta method: ``se(log peak) = se / peak``), and ``se(delta)``
+    is the slope's standard error with those variances known (Aitken's generalized least
+    squares); without it, or where any error is 0, every size weighs the same and
+    ``se(delta)`` is None.
 
     Args:
-        participation: mean ``Q/V`` per size, > 0.
-        peak_sigma: mean peak impact per size, units of sigma_day.
+        participation: ``float[n]`` mean ``Q/V`` per size, > 0.
+        peak_sigma: ``float[n]`` mean peak impact per size, units of sigma_day.
+        standard_error: ``float[n]`` the standard error of each mean over days, or None.
 
     Raises:
         ValueError: fewer than two sizes with a positive mean peak (no fit).
@@ -116,8 +131,17 @@ def fit_square_root_law(participation, peak_sigma) -> tuple[float, float]:
     keep = (x > 0) & (y > 0)
     if keep.sum() < 2:
         raise ValueError(f"impact fit: {keep.sum()} size(s) with a positive mean peak, need 2")
-    slope, intercept = np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)
-    return float(slope), float(np.exp(intercept))
+    logx, logy = np.log(x[keep]), np.log(y[keep])
+    se = None if standard_error is None else np.asarray(standard_error, np.float64)[keep]
+    if se is None or not np.all(se > 0):
+        slope, intercept = np.polyfit(logx, logy, 1)
+        return float(slope), float(np.exp(intercept)), None
+    weight = (y[keep] / se) ** 2
+    design = np.stack([np.ones_like(logx), logx], axis=1)
+    information = design.T @ (weight[:, None] * design)
+    intercept, slope = np.linalg.solve(information, design.T @ (weight * logy))
+    slope_se = float(np.sqrt(np.linalg.inv(information)[1, 1]))
+    return float(slope), float(np.exp(intercept)), slope_se
 
 
 def _window_volume(data, episodes, start, minutes, cumulative):
@@ -261,12 +285,15 @@ def measure_impact(
         base = undisturbed["market_price"]
         return (base - orders["market_price"]) / base / sigma[:, None]
 
-    participation, peaks = [], []
+    participation, peaks, peak_errors = [], [], []
     for size in sizes:
         orders = run(size, twap)
         participation.append(float(np.mean(orders["quantity"] / realized)))
-        peaks.append(float(np.mean(impact_path(orders)[:, duration])))
-    delta, y = fit_square_root_law(participation, peaks)
+        per_day = impact_path(orders)[:, duration]
+        peaks.append(float(np.mean(per_day)))
+        spread = np.std(per_day, ddof=1) if per_day.size > 1 else 0.0
+        peak_errors.append(float(spread / np.sqrt(per_day.size)))
+    delta, y, delta_se = fit_square_root_law(participation, peaks, peak_errors)
 
     reference = run(REFERENCE_SIZE, twap)
     path = impact_path(reference).mean(0)
@@ -295,6 +322,7 @@ def measure_impact(
         duration_minutes=duration,
         delta=delta,
         y=y,
+        delta_se=delta_se,
         post_fraction_1x=float(path[2 * duration] / peak),
         post_fraction_2x=float(path[3 * duration] / peak),
         twap_cost_over_sqrt_law=float(twap_cost / sqrt_law),
@@ -304,6 +332,7 @@ def measure_impact(
         ),
         participation=tuple(participation),
         peak_sigma=tuple(peaks),
+        peak_sigma_se=tuple(peak_errors),
         relaxation=tuple(float(v) for v in path / peak),
     )
 

@@ -37,9 +37,32 @@ from serl_jax.rl.policy import make_ppo_policy
 
 def test_square_root_fit_recovers_a_power_law_and_refuses_too_few_points():
     x = np.array([0.001, 0.01, 0.1])
-    assert fit_square_root_law(x, 0.8 * x**0.45) == pytest.approx((0.45, 0.8))
+    delta, y, se = fit_square_root_law(x, 0.8 * x**0.45)
+    assert (delta, y, se) == (pytest.approx(0.45), pytest.approx(0.8), None)
     with pytest.raises(ValueError, match="1 size"):
         fit_square_root_law(x, [-0.1, 0.0, 0.3])
+
+
+def test_square_root_fit_weighs_each_size_by_its_precision():
+    """Two exact points on 0.8 x^0.5 and a third, noisy one off the line: with equal
+    weights the third pulls the slope (by hand, the OLS slope of the three logs); with
+    its error 100 times the others' it hardly counts, and se(delta) is the known-variance
+    GLS error, by hand for the two precise points alone: sqrt(2) * s / ln(10) (the slope
+    of two points a decade apart, each log with variance s^2)."""
+    x = np.array([0.01, 0.1, 0.001])
+    y = 0.8 * x**0.5
+    y[2] *= 4.0
+    logx, logy = np.log(x), np.log(y)
+    ols = np.sum((logx - logx.mean()) * (logy - logy.mean())) / np.sum((logx - logx.mean()) ** 2)
+    assert fit_square_root_law(x, y)[0] == pytest.approx(ols)
+    assert ols < 0.3
+    s = 0.01
+    errors = np.array([s * y[0], s * y[1], 100 * s * y[2]])
+    delta, y_fit, se = fit_square_root_law(x, y, errors)
+    assert delta == pytest.approx(0.5, abs=2e-3) and y_fit == pytest.approx(0.8, rel=1e-2)
+    assert se == pytest.approx(np.sqrt(2) * s / np.log(10), rel=1e-3)
+    # a zero error (a deterministic market) falls back to equal weights
+    assert fit_square_root_law(x, y, [0.0, 1.0, 1.0])[0] == pytest.approx(ols)
 
 
 FLAT = PropagatorConfig(permanent=0.0, temporary=0.0, liquidity="constant")
@@ -105,9 +128,11 @@ def test_order_book_report_runs_and_impact_grows_with_size():
     params = dynamic_env_params(cfg, calibrated_market(cfg, "sample:cn_1min"), static, splits.stats)
     report = measure_impact(
         DynamicExecutionEnv(), MultiAgentExecutionEnv, params,
-        market="lob", dataset="cn_1min", duration=5, start=0, days=2, sizes=(0.05, 0.5),
+        market="lob", dataset="cn_1min", duration=5, start=30, days=4, sizes=(0.05, 0.5),
     )  # fmt: skip
+    # from minute 30: at the open, two days of 5-minute orders moved the mid a tick or none
     assert report.peak_sigma[1] > report.peak_sigma[0] > 0.0
+    assert all(se > 0.0 for se in report.peak_sigma_se) and report.delta_se > 0.0
     assert report.round_trip_bps < 0.0  # two spreads at least
     values = [report.delta, report.y, report.post_fraction_1x, report.twap_cost_over_sqrt_law]
     assert np.isfinite(values).all()

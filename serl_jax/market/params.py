@@ -13,10 +13,12 @@ episode's day, so the simulated mid follows the real day unless orders push it a
 
 Order flow carries information. The informed traders cannot tell who sends a market
 order, so, as market makers in Kyle (1985) and Glosten-Milgrom (1985), they read net
-aggressive flow as news: their value is the real price times ``exp(I)``, where ``I``
-moves by ``flow_impact_bps`` per ``V`` shares of net market buying by the other traders
-(noise, momentum, execution agents) and decays with half-life
-``flow_impact_halflife_minutes`` (the resilience of Obizhaeva and Wang (2013)). Without
+aggressive flow as news: their value is the real price times ``exp(I)``, with
+``I = flow_impact_bps * sign(E) |E| ** flow_impact_exponent`` (bps) and ``E`` their memory
+of net market buying by the other traders (noise, momentum, execution agents) in ``V``,
+which decays with half-life ``flow_impact_halflife_minutes`` (the resilience of
+Obizhaeva and Wang (2013)). Exponent 1 is Kyle's linear response; 0.5 gives the
+square-root law of metaorder impact. Without
 it the informed traders would pull the mid back to the real price within a round, so a
 sold parent order would leave no lasting mark; with it, the response of the mid to order
 flow is calibrated to the real one (``flow_impact_per_sigma`` in
@@ -84,9 +86,14 @@ class MarketParams:
         informed_prob: probability per round that an informed slot trades.
         informed_threshold_ticks: smallest gap between fundamental and mid that they act on.
         informed_size: size of an informed limit order at the fundamental, fraction of ``V``.
-        flow_impact_bps: shift of the informed traders' value per ``V`` shares of net
-            aggressive buying (selling: negative) by the other traders, bps.
-        flow_impact_halflife_minutes: half-life of that shift, minutes (> 0).
+        flow_impact_bps: shift of the informed traders' value when their memory of the
+            other traders' net aggressive buying (selling: negative) is ``V`` shares, bps.
+        flow_impact_exponent: ``delta`` of that response, ``sign(E) |E| ** delta`` of the
+            remembered flow ``E`` in ``V`` (in (0, 1]: 1 linear, Kyle 1985; 0.5 the
+            square-root law, :func:`serl_jax.market.simulator.flow_response`). The default
+            0.5: with 1 the calibrated book's metaorder impact grew as ``(Q/V)^0.73`` on
+            the cn sample, with 0.5 as ``(Q/V)^0.51`` (``benchmarks/bench_impact.py``).
+        flow_impact_halflife_minutes: half-life of the remembered flow, minutes (> 0).
         momentum_slots: momentum-trader slots per round (static; 0 disables them).
         momentum_prob: probability per round that a momentum slot trades when signalled.
         momentum_fast, momentum_slow: per-round EMA weights of the fast and slow mid
@@ -117,6 +124,7 @@ class MarketParams:
     informed_threshold_ticks: float = 0.5
     informed_size: float = 0.2
     flow_impact_bps: float = 5.0
+    flow_impact_exponent: float = 0.5
     flow_impact_halflife_minutes: float = 30.0
     momentum_slots: int = struct.field(pytree_node=False, default=1)
     momentum_prob: float = 0.3
@@ -150,7 +158,8 @@ class MarketParams:
         """Builds parameters from a mapping (e.g. a YAML section), checking every key.
 
         Raises:
-            ValueError: an unknown key or a value of the wrong type, naming ``where.key``.
+            ValueError: an unknown key, a value of the wrong type, or
+                ``flow_impact_exponent`` outside (0, 1], naming ``where.key``.
         """
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}
@@ -164,6 +173,9 @@ class MarketParams:
                 if not isinstance(value, int):
                     raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
             kwargs[key] = type(default)(value)
+        exponent = kwargs.get("flow_impact_exponent", fields["flow_impact_exponent"].default)
+        if not 0.0 < exponent <= 1.0:
+            raise ValueError(f"{where}.flow_impact_exponent: must be in (0, 1], got {exponent}")
         return cls(**kwargs)
 
     def to_mapping(self) -> dict[str, float | int]:

@@ -71,8 +71,10 @@ class MarketState:
         round: ``int32`` rounds run since reset (the market makers' rung cursor).
         noise: the noise traders' resting orders.
         informed: the informed traders' resting orders (one per slot).
-        flow_impact: ``float32`` the informed traders' value shift learned from order
-            flow, log price (their value is the fundamental times ``exp(flow_impact)``).
+        order_flow: ``float32`` the informed traders' memory of the other traders' net
+            aggressive flow, in ``V`` (buys positive; decays with
+            ``flow_impact_halflife_minutes``); their value is the fundamental times
+            ``exp(flow_response(order_flow))`` (:func:`flow_response`).
         signed_volume: ``int32`` net aggressive volume since reset, shares (buyer- minus
             seller-initiated; a counter, like the book's ``filled_qty``).
     """
@@ -87,7 +89,7 @@ class MarketState:
     round: jax.Array
     noise: NoiseBook
     informed: NoiseBook
-    flow_impact: jax.Array
+    order_flow: jax.Array
     signed_volume: jax.Array
 
     @property
@@ -213,7 +215,7 @@ def reset_market(reference, volume_unit, params: MarketParams, num_agents: int =
         round=jnp.int32(0),
         noise=NoiseBook.empty(params.noise_orders),
         informed=NoiseBook.empty(params.informed_slots),
-        flow_impact=jnp.float32(0.0),
+        order_flow=jnp.float32(0.0),
         signed_volume=jnp.int32(0),
     )
 
@@ -267,21 +269,31 @@ def signed_flow(trades: Trades) -> tuple[jax.Array, jax.Array]:
     return signed.sum(dtype=jnp.int32), uninformed.sum().astype(jnp.float32)
 
 
-def flow_news(flow, volume_unit, params: MarketParams) -> jax.Array:
-    """``float32`` shift of the informed traders' value, log price, from ``flow`` net
-    aggressive shares: ``flow_impact_bps * 1e-4 * flow / V``."""
-    return params.flow_impact_bps * 1e-4 * flow / volume_unit
+def flow_response(order_flow, params: MarketParams) -> jax.Array:
+    """``float32`` shift of the informed traders' value, log price, from their memory of
+    net order flow ``E`` (in ``V``): ``flow_impact_bps * 1e-4 * sign(E) |E| ** delta``
+    with ``delta = flow_impact_exponent``.
+
+    ``delta = 1`` is Kyle's (1985) linear response; ``delta = 0.5`` makes the price move
+    of a metaorder grow as the square root of its size, the empirical law (Tóth et al.
+    2011, "Anomalous price impact and the critical nature of liquidity in financial
+    markets", Phys. Rev. X 1; Bouchaud, Bonart, Donier & Gould 2018, "Trades, Quotes and
+    Prices", ch. 12), as the propagator market's ``F`` does.
+    """
+    magnitude = jnp.abs(order_flow) ** params.flow_impact_exponent
+    return params.flow_impact_bps * 1e-4 * jnp.sign(order_flow) * magnitude
 
 
-def learn_from_flow(flow_impact, flow, volume_unit, params: MarketParams) -> jax.Array:
-    """One round of the informed traders' value shift: decay, then the round's news.
+def learn_from_flow(order_flow, flow, volume_unit, params: MarketParams) -> jax.Array:
+    """One round of the informed traders' memory of order flow: decay, then the round's
+    net flow ``flow`` (shares) in ``V``.
 
-    ``I <- I * 2 ** (-1 / (halflife * R)) + flow_news(flow)`` (``R`` rounds per minute);
-    the agents' messages at the start of a minute add their news without a decay.
+    ``E <- E * 2 ** (-1 / (halflife * R)) + flow / V`` (``R`` rounds per minute); the
+    agents' messages at the start of a minute add their flow without a decay.
     """
     rounds = params.flow_impact_halflife_minutes * params.rounds_per_minute
     decay = jnp.exp2(-1.0 / jnp.maximum(rounds, 1e-6))
-    return flow_impact * decay + flow_news(flow, volume_unit, params)
+    return order_flow * decay + flow / volume_unit
 
 
 def uniforms_per_round(params: MarketParams) -> int:
@@ -312,7 +324,8 @@ def run_minute(
             0 for none), applied first in the given order.
         fundamental: ``float32[rounds_per_minute]`` the fundamental price the informed
             traders see in each round, ticks (their value is this times
-            ``exp(state.flow_impact)``, which order flow moves: :func:`learn_from_flow`).
+            ``exp(flow_response(state.order_flow))``, which order flow moves:
+            :func:`learn_from_flow`).
         activity: ``float32`` the intraday activity multiplier of the minute (mean 1).
         volume_unit: ``float32`` V, shares per minute.
         key: PRNG key of this minute.
@@ -335,7 +348,7 @@ def run_minute(
     state = state.replace(
         book=book,
         reference=first_mid,
-        flow_impact=state.flow_impact + flow_news(agent_flow, volume_unit, params),
+        order_flow=state.order_flow + agent_flow / volume_unit,
     )
     n_informed, n_momentum = params.informed_slots, params.momentum_slots
     u = jax.random.uniform(key, (params.rounds_per_minute, uniforms_per_round(params)))
@@ -363,7 +376,7 @@ def run_minute(
                     owner=field(participation.owner),
                 ),
             )
-        value = fundamental * jnp.exp(st.flow_impact)
+        value = fundamental * jnp.exp(flow_response(st.order_flow, params))
         informed, informed_ring, next_id = informed_orders(
             view, st.informed, st.next_order_id, value, u[:n_informed], params, volume_unit
         )
@@ -403,7 +416,7 @@ def run_minute(
             round=st.round + 1,
             noise=ring,
             informed=informed_ring,
-            flow_impact=learn_from_flow(st.flow_impact, flow, volume_unit, params),
+            order_flow=learn_from_flow(st.order_flow, flow, volume_unit, params),
         )
         carry = (
             st,

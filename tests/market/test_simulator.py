@@ -15,6 +15,8 @@ from serl_jax.market.params import (
 )
 from serl_jax.market.simulator import (
     ParticipationOrder,
+    flow_response,
+    learn_from_flow,
     participation_quantity,
     reset_market,
     run_minute,
@@ -99,12 +101,11 @@ def test_agent_fills_are_attributed_by_owner():
     assert int(minute.volume) == 30
     np.testing.assert_array_equal(state.position, minute.position_change)
     assert int(state.position.sum()) == 0
-    # net aggressive flow -25 + 5: the informed traders' value moves by flow_impact_bps per
-    # V = 100 shares of it, then decays over the minute's two quiet rounds
+    # net aggressive flow -25 + 5: the informed traders remember -20 / V = -0.2 of it,
+    # decayed over the minute's two quiet rounds
     assert int(minute.signed_volume) == -20 and int(state.signed_volume) == -20
     decay = 2.0 ** (-1.0 / (params.flow_impact_halflife_minutes * params.rounds_per_minute))
-    expected = params.flow_impact_bps * 1e-4 * (-20 / 100.0) * decay**2
-    assert float(state.flow_impact) == pytest.approx(expected, rel=1e-5)
+    assert float(state.order_flow) == pytest.approx(-0.2 * decay**2, rel=1e-5)
 
 
 def _noisy_days(params, n_markets, minutes, key):
@@ -153,6 +154,24 @@ def test_market_is_deterministic_given_the_key():
     assert not np.array_equal(a.mid, c.mid)
 
 
+def test_flow_response_by_hand():
+    """``flow_impact_bps * 1e-4 * sign(E) |E| ** delta``: 8 bps at E = 1 either way; at
+    E = -0.25 the square root gives -4 bps, the linear response -2 bps; four times the
+    flow moves the square-root response twice as far."""
+    linear = MarketParams(flow_impact_bps=8.0, flow_impact_exponent=1.0)
+    root = MarketParams(flow_impact_bps=8.0, flow_impact_exponent=0.5)
+    for params in (linear, root):
+        assert float(flow_response(1.0, params)) == pytest.approx(8e-4)
+        assert float(flow_response(0.0, params)) == 0.0
+    assert float(flow_response(-0.25, root)) == pytest.approx(-4e-4)
+    assert float(flow_response(-0.25, linear)) == pytest.approx(-2e-4)
+    assert float(flow_response(1.0, root)) == pytest.approx(2 * float(flow_response(0.25, root)))
+    # the memory: 30 shares of V = 100 on top of E = 0.5, decayed by one round of a
+    # half-life of 1 / R minutes (one round): 0.25 + 0.3
+    quick = MarketParams(flow_impact_halflife_minutes=1.0 / 6.0)
+    assert float(learn_from_flow(0.5, 30.0, 100.0, quick)) == pytest.approx(0.55)
+
+
 def test_params_from_mapping_rejects_bad_keys():
     assert MarketParams.from_mapping({"mm_levels": 4}).mm_levels == 4
     with pytest.raises(ValueError, match="market.bogus: unknown"):
@@ -161,6 +180,10 @@ def test_params_from_mapping_rejects_bad_keys():
         MarketParams.from_mapping({"mm_levels": 2.5})
     with pytest.raises(ValueError, match="market.mm_levels must be >= 1"):
         MarketParams(mm_levels=0)
+    for bad in (0.0, 1.5, -0.5):
+        with pytest.raises(ValueError, match="market.flow_impact_exponent: must be in"):
+            MarketParams.from_mapping({"flow_impact_exponent": bad})
+    assert MarketParams.from_mapping({"flow_impact_exponent": 0.5}).flow_impact_exponent == 0.5
 
 
 def test_participation_quantity_by_hand():
