@@ -116,17 +116,23 @@ def task_overrides(task: str, args: argparse.Namespace) -> list[str]:
 
 
 def run_one(designer: str, seed: int, args: argparse.Namespace, extra: list[str]) -> Path:
-    """One search run (resumed if its folder exists); returns its folder."""
+    """One search run, resumed if it was started before (finished: its folder
+    ``<out>/<task>-<designer>-s<seed>``; under way: the run folder ``train`` made in
+    ``<out>/.tmp/<that name>/``); returns its folder."""
     name = designer.replace(":", "-").replace("/", "_")
     root = Path(args.out) / f"{args.task}-{name}-s{seed}"
+    staging = Path(args.out) / ".tmp" / root.name
     if (root / "report.json").exists():
         return root
+    started = sorted(staging.glob("*/run.sqlite")) if staging.exists() else []
     if (root / "run.sqlite").exists():
         argv = ["--resume", str(root), "--quiet"]
+    elif started:
+        argv = ["--resume", str(started[-1].parent), "--quiet"]
     else:
         argv = [
             "--llm", designer, "--seed", str(seed), "--budget-candidates",
-            str(args.budget_candidates), "--out", str(Path(args.out) / ".tmp"), "--quiet",
+            str(args.budget_candidates), "--out", str(staging), "--quiet",
             *(["--config", args.config] if args.config else []),
             *(["--data", args.data] if args.data else []),
             *(["--budget-minutes", str(args.budget_minutes)] if args.budget_minutes else []),
@@ -137,7 +143,7 @@ def run_one(designer: str, seed: int, args: argparse.Namespace, extra: list[str]
     if code != 0:
         raise SystemExit(f"bench_search: {designer} seed {seed} failed with exit code {code}")
     if not root.exists():
-        (made,) = sorted((Path(args.out) / ".tmp").iterdir())
+        (made,) = sorted(staging.iterdir())
         made.rename(root)
     return root
 

@@ -60,3 +60,34 @@ def test_seed_intervals_by_hand():
     assert out["mde"] == pytest.approx((4.302653 + 1.060660) * se, rel=1e-5)
     one = bench_search.interval(np.array([3.0]))
     assert one == {"value": 3.0, "ci_low": None, "ci_high": None, "mde": None, "n": 1}
+
+
+def test_a_run_under_way_is_resumed_and_a_finished_one_reused(tmp_path, monkeypatch):
+    """``run_one`` starts a run in ``<out>/.tmp/<name>/``, resumes the run folder it finds
+    there after a kill, moves it to ``<out>/<name>`` when it ends and reuses it after."""
+    calls: list[list[str]] = []
+
+    def train_main(argv):
+        calls.append(argv)
+        if "--resume" in argv:
+            run = Path(argv[argv.index("--resume") + 1])
+            (run / "report.json").write_text("{}")
+            return 0
+        run = Path(argv[argv.index("--out") + 1]) / "20261128-000000-default-serl"
+        run.mkdir(parents=True)
+        (run / "run.sqlite").write_text("")
+        raise KeyboardInterrupt  # killed mid-run
+
+    monkeypatch.setattr(bench_search.train, "main", train_main)
+    args = bench_search.argparse.Namespace(
+        out=str(tmp_path), task="index", budget_candidates=8, config=None, data=None,
+        budget_minutes=None, overrides=[],
+    )  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        bench_search.run_one("hf:qwen", 1, args, [])
+    staging = tmp_path / ".tmp" / "index-hf-qwen-s1"
+    assert calls[0][calls[0].index("--out") + 1] == str(staging)
+    root = bench_search.run_one("hf:qwen", 1, args, [])
+    assert calls[1] == ["--resume", str(staging / "20261128-000000-default-serl"), "--quiet"]
+    assert root == tmp_path / "index-hf-qwen-s1" and (root / "report.json").exists()
+    assert bench_search.run_one("hf:qwen", 1, args, []) == root and len(calls) == 2
