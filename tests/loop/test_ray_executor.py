@@ -77,7 +77,7 @@ def test_jobs_give_their_values_and_a_failure_ends_that_job_alone(cluster):
         assert outcomes[2].status == "died" and outcomes[2].error
         # past its budget: the actor killed at 4 s, not the 600 s the job asked for
         assert outcomes[3].status == "timeout" and 4.0 <= outcomes[3].seconds < 30.0
-        assert waited < 60.0
+        assert waited < 300.0  # not the 600 s job (about 20 s idle, 118 s on a loaded CPU)
         # both slots still run jobs (the dead and the killed actors were replaced)
         again = dict(pool.run(task, [("double", 1.0), ("double", 2.0)]))
         assert [again[i].value for i in (0, 1)] == [2.0, 4.0]
