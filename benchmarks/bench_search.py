@@ -145,6 +145,7 @@ def run_one(designer: str, seed: int, args: argparse.Namespace, extra: list[str]
     if not root.exists():
         (made,) = sorted(staging.iterdir())
         made.rename(root)
+        staging.rmdir()
     return root
 
 

@@ -90,4 +90,5 @@ def test_a_run_under_way_is_resumed_and_a_finished_one_reused(tmp_path, monkeypa
     root = bench_search.run_one("hf:qwen", 1, args, [])
     assert calls[1] == ["--resume", str(staging / "20261128-000000-default-serl"), "--quiet"]
     assert root == tmp_path / "index-hf-qwen-s1" and (root / "report.json").exists()
+    assert not staging.exists()
     assert bench_search.run_one("hf:qwen", 1, args, []) == root and len(calls) == 2
