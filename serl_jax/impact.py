@@ -138,10 +138,9 @@ def fit_square_root_law(
         return float(slope), float(np.exp(intercept)), None
     weight = (y[keep] / se) ** 2
     design = np.stack([np.ones_like(logx), logx], axis=1)
-    information = design.T @ (weight[:, None] * design)
-    intercept, slope = np.linalg.solve(information, design.T @ (weight * logy))
-    slope_se = float(np.sqrt(np.linalg.inv(information)[1, 1]))
-    return float(slope), float(np.exp(intercept)), slope_se
+    covariance = np.linalg.inv(design.T @ (weight[:, None] * design))
+    intercept, slope = covariance @ (design.T @ (weight * logy))
+    return float(slope), float(np.exp(intercept)), float(np.sqrt(covariance[1, 1]))
 
 
 def _window_volume(data, episodes, start, minutes, cumulative):
