@@ -1,7 +1,8 @@
 """Certificates that PPO learns: its distance to the known optimum of the propagator market.
 
-Two configurations of the propagator market (:mod:`serl_jax.market.propagator`) on real
-days, where the optimal schedule is known in closed form (:mod:`serl_jax.baselines.optimal`):
+Three configurations of the propagator market (:mod:`serl_jax.market.propagator`) on real
+days, where the optimal schedule is known: in closed form (:mod:`serl_jax.baselines.optimal`)
+for the first two, by numerical minimization for the third:
 
 - ``ac`` (Almgren & Chriss 2000): no decay (``impact.kernel=constant``), linear impact
   (``delta = 1``), a linear temporary impact and a risk term; the reward is the
@@ -12,15 +13,25 @@ days, where the optimal schedule is known in closed form (:mod:`serl_jax.baselin
   impact, risk-neutral; the optimum trades a block in the first and last minute and a
   constant rate between.
 
+- ``concave``: the default market (the square-root response ``delta = 0.5`` on the
+  power-law kernel), risk-neutral, with the expected volumes as its liquidity
+  (``impact.liquidity=expected``) so that an order's cost is still a deterministic
+  function of its schedule, and the default participation cap of 20% (the square-root
+  response prices blocks of several minutes' volume too kindly without it). No closed
+  form: the optimum is the numerical minimizer of
+  :mod:`serl_jax.baselines.static_optimum`, and ``optimal_minimizer`` its objective as
+  the minimizer computed it (the check that the environment prices it alike).
+
 The optimal row is each day's exact sell-only optimum
 (:func:`~serl_jax.baselines.optimal.propagator_optimum`; in ``ac`` Almgren–Chriss's sinh
 schedule, in ``ow`` within 0.02% of Obizhaeva–Wang's minute-slot form, whose objective is
 printed beside it), and ``optimal_closed_form`` its objective by the formula, the check
 that the environment prices schedules as the closed form does.
 
-Both use constant liquidity (the training mean minute volume), fixed-size child orders and
-no participation cap (the optima trade blocks), so an order's cost is a deterministic
-function of its schedule: the comparison is free of the days' price paths and volumes.
+``ac`` and ``ow`` use constant liquidity (the training mean minute volume), fixed-size
+child orders and no participation cap (the optima trade blocks), so an order's cost is a
+deterministic function of its schedule: the comparison is free of the days' price paths
+and volumes.
 The costs no schedule controls are left out (no half-spread, no permanent impact: each
 adds the same to every schedule and would only shrink the relative gaps).
 For each configuration PPO (``--seeds`` seeds, each trained on the training days with
@@ -29,7 +40,8 @@ optimal schedule (one per day, from the day's order size), every order's objecti
 is paired with the optimum's, with a 95% interval clustered by day
 (:func:`serl_jax.metrics.paired_difference`). Targets (issue 48): in ``ac`` the selected
 seed's mean objective within 2% of the optimum's; in ``ow`` it captures at least 80% of
-the optimum's saving over TWAP, ``captured = (twap - ppo) / (twap - optimal)``. The seed
+the optimum's saving over TWAP, ``captured = (twap - ppo) / (twap - optimal)``; ``concave``
+has no target yet (it reports what PPO captures). The seed
 is selected on validation days by the objective; every seed's test figures are printed.
 
 With ``--serl RUN_DIR`` the ``ac`` configuration also certifies SE-RL's best: the loop
@@ -41,7 +53,7 @@ test days beside PPO: ``serl``, ``serl_gap`` and ``serl_minus_optimal`` in the r
 
 Usage (from the repository root)::
 
-    python benchmarks/bench_optimum.py [--json] [--data PATH] [--configs ac,ow]
+    python benchmarks/bench_optimum.py [--json] [--data PATH] [--configs ac,ow,concave]
         [--seeds 3] [--plot FILE.png] [--serl RUN_DIR [--llm SPEC]] [section.key=value ...]
 
 ``--json`` prints one object per configuration with ``config``, ``optimal``, ``twap``,
@@ -77,6 +89,7 @@ from serl_jax.baselines.optimal import (  # noqa: E402
     schedule_objective,
     schedule_policy,
 )
+from serl_jax.baselines.static_optimum import static_optimum  # noqa: E402
 from serl_jax.cli import parse_command_line  # noqa: E402
 from serl_jax.config import load_config, saved_network_config  # noqa: E402
 from serl_jax.envs.execution import mean_variance_reward  # noqa: E402
@@ -97,6 +110,10 @@ CONFIGS = {
     "ow": [
         "impact.kernel=exponential", "impact.delta=1.0", "impact.y=0.7", "impact.permanent=0.0",
         "impact.temporary=0.0", "impact.liquidity=constant", "env.urgency=0.0",
+    ],
+    "concave": [
+        "impact.liquidity=expected", "impact.permanent=0.0", "env.urgency=0.0",
+        "env.participation_cap=0.2",
     ],
 }  # fmt: skip
 TASK = [
@@ -163,14 +180,15 @@ def certify(name: str, args, splits) -> dict:
     if name == "ow":
         resilience = args.rho_t / market["train"].data.num_slots
         cfg = load_config(args.config, [*overrides, f"impact.resilience={resilience}"])
-    else:
+    elif name == "ac":
         urgency = urgency_for(args.kappa_t, cfg, market["train"])
         cfg = load_config(args.config, [*overrides, f"env.urgency={urgency}"])
     model = cfg.impact.params()
     market = {k: v.replace(impact=model, urgency=cfg.env["urgency"]) for k, v in market.items()}
     env = PropagatorExecutionEnv(mean_variance_reward)
     test = market["test"]
-    targets = propagator_optimum(cfg.impact, test)
+    minimized = static_optimum(cfg.impact, test) if name == "concave" else None
+    targets = propagator_optimum(cfg.impact, test) if minimized is None else minimized.targets
     optimal, optimal_path = objectives(env, schedule_policy, targets, test)
     twap, twap_path = objectives(env, twap_policy, None, test)
     seeds = []
@@ -201,12 +219,16 @@ def certify(name: str, args, splits) -> dict:
         "captured": (tw - pp) / (tw - opt),
         "gap": pp / opt - 1.0,
         "twap_gap": tw / opt - 1.0,
-        "optimal_closed_form": closed_form(cfg, test, targets),
         "ppo_minus_optimal": {"value": diff.value, "ci_low": diff.low, "ci_high": diff.high},
         "selected_seed": best["seed"],
         "seeds": [{k: v for k, v in s.items() if k not in ("values", "path")} for s in seeds],
-        "kappa_t" if name == "ac" else "rho_t": args.kappa_t if name == "ac" else args.rho_t,
     }
+    if minimized is None:
+        row["optimal_closed_form"] = closed_form(cfg, test, targets)
+        row["kappa_t" if name == "ac" else "rho_t"] = args.kappa_t if name == "ac" else args.rho_t
+    else:
+        sigma_bps = np.asarray(test.data.sigma, np.float64) * math.sqrt(test.data.num_slots) * 1e4
+        row["optimal_minimizer"] = float(np.mean(sigma_bps * minimized.objective))
     if name == "ac" and args.serl:
         values = serl_best(cfg, args, splits, env, test)
         diff = paired_difference(values, optimal, days=days)
@@ -280,7 +302,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="sample:cn_1min", help="dataset (default the cn sample)")
     parser.add_argument("--config", help="YAML preset (PPO settings)")
-    parser.add_argument("--configs", default="ac,ow", help="ac, ow or both")
+    parser.add_argument("--configs", default="ac,ow", help="comma-separated: ac, ow, concave")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--kappa-t", type=float, default=3.0, help="AC's kappa T")
     parser.add_argument("--rho-t", type=float, default=3.0, help="OW's rho T")
@@ -304,7 +326,12 @@ def main() -> None:
         diff = row["ppo_minus_optimal"]
         print(
             f"{name}: {row['test_orders']} test orders of {row['dataset']}, objective (bps): "
-            f"optimal {row['optimal']:.3f} (closed form {row['optimal_closed_form']:.3f}"
+            f"optimal {row['optimal']:.3f} ("
+            + (
+                f"closed form {row['optimal_closed_form']:.3f}"
+                if "optimal_closed_form" in row
+                else f"minimizer {row['optimal_minimizer']:.3f}"
+            )
             + (f", OW's schedule {row['ow_schedule']:.3f}" if "ow_schedule" in row else "")
             + f"), TWAP {row['twap']:.3f} "
             f"({row['twap_gap']:+.2%}), PPO {row['ppo']:.3f} ({row['gap']:+.2%}); "

@@ -32,9 +32,13 @@ the simulated order-book market (:mod:`serl_jax.market`) with the calibrated par
 of ``market.params`` (``auto``: the shipped ``configs/market/<sample>.yaml`` of a
 ``sample:<name>`` dataset), or the propagator market (:mod:`serl_jax.market.propagator`,
 section ``impact``; ``--env propagator`` chooses it), so the orders move prices;
-``immediate`` (the whole order at once) is the impact reference. In a linear propagator
-market with constant liquidity (``impact.delta=1 impact.liquidity=constant``) ``optimal``
-is each day's optimal schedule (:mod:`serl_jax.baselines.optimal`).
+``immediate`` (the whole order at once) is the impact reference. In the propagator market
+``optimal`` is each day's optimal schedule: the closed form of a linear market with
+constant liquidity (``impact.delta=1 impact.liquidity=constant``,
+:mod:`serl_jax.baselines.optimal`), else the numerical minimizer of the expected cost
+(:mod:`serl_jax.baselines.static_optimum`), shown as ``optimal static`` where the market
+uses each minute's realized volume (the default), which no schedule fixed before the day
+knows.
 
 With a checkpoint, the environment settings it was trained with are used (so the
 observation matches the network) unless overridden. Every policy but TWAP is compared
@@ -54,7 +58,8 @@ import sys
 from pathlib import Path
 
 from llm.validate import load_validated
-from serl_jax.baselines.optimal import propagator_optimum, schedule_policy
+from serl_jax.baselines.optimal import schedule_policy
+from serl_jax.baselines.static_optimum import optimal_label, optimal_targets
 from serl_jax.cli import add_wide_flag, parse_command_line
 from serl_jax.config import (
     ConfigError,
@@ -92,8 +97,8 @@ BASELINES = {
     "oracle": ORACLE,
 }
 OPTIMAL = "optimal"
-"""``--policy optimal``: each day's optimal schedule of a linear propagator market
-(:func:`serl_jax.baselines.optimal.propagator_optimum`)."""
+"""``--policy optimal``: each day's optimal schedule of the propagator market
+(:func:`serl_jax.baselines.static_optimum.optimal_targets`)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         "--policy",
         action="append",
         help="twap, twap-pov (TWAP with participation child orders), vwap, avwap (adaptive "
-        "VWAP), pov, ac, immediate, oracle (hindsight, not achievable), optimal (a linear "
-        "propagator market's optimum) or a checkpoint folder; repeatable (default: twap, "
+        "VWAP), pov, ac, immediate, oracle (hindsight, not achievable), optimal (the "
+        "propagator market's optimal schedule) or a checkpoint folder; repeatable (default: twap, "
         "twap-pov, vwap, avwap, pov, ac, oracle)",
     )
     parser.add_argument(
@@ -191,7 +196,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                 raise ValueError(
                     "--policy optimal: known in the propagator market only (--env propagator)"
                 )
-            policies[OPTIMAL] = (schedule_policy, propagator_optimum(cfg.impact, env_params))
+            targets = optimal_targets(cfg.impact, env_params)
+            policies[optimal_label(cfg.impact)] = (schedule_policy, targets)
             continue
         if spec.lower() in BASELINES:
             baseline = BASELINES[spec.lower()]

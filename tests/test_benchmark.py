@@ -61,6 +61,9 @@ def test_benchmark_killed_and_resumed_recomputes_nothing_finished(tmp_path, monk
     in_propagator = cn["test@propagator"]["rows"]
     assert in_propagator["PPO"]["metrics"]["n_orders"] == 60
     assert "oracle (not achievable)" not in in_propagator and "VWAP" in in_propagator
+    # the propagator market's optimal static schedule is a row of that split only
+    assert in_propagator["optimal static"]["metrics"]["n_orders"] == 30
+    assert "optimal static" not in cn["test"]["rows"]
     shortfall = in_propagator["VWAP"]["metrics"]["shortfall_vs_TWAP"]["value"]
     assert shortfall != cn["test"]["rows"]["VWAP"]["metrics"]["shortfall_vs_TWAP"]["value"]
     # 30 test orders (3 symbols x 10 days) per seed, pooled over the 2 seeds

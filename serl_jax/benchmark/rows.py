@@ -18,6 +18,8 @@ from typing import Any
 import jax
 
 from llm.validate import load_validated
+from serl_jax.baselines.optimal import schedule_policy
+from serl_jax.baselines.static_optimum import optimal_label, optimal_targets
 from serl_jax.benchmark.cells import PROPAGATOR_TEST, SplitOrders
 from serl_jax.calibrate import calibrate, default_lobster, real_statistics, write_params
 from serl_jax.config import Config, saved_network_config
@@ -84,12 +86,8 @@ def split_orders(
     :data:`PROPAGATOR_TEST` on the test days in the propagator market of ``cfg.impact``
     (the agent's own impact moves the replayed bars; the hindsight oracle, a bound of
     the static market's cost model, is left out there)."""
-    episodes = splits.split("test" if split == PROPAGATOR_TEST else split)
-    env_params = cfg.env_params(MarketData.from_episodes(episodes))
-    env = ExecutionEnv()
+    episodes, env, env_params = _split_market(cfg, splits, split)
     if split == PROPAGATOR_TEST:
-        env_params = PropagatorEnvParams.from_static(env_params, splits.stats, cfg.impact.params())
-        env = PropagatorExecutionEnv()
         policies = {name: p for name, p in policies.items() if name != ORACLE}
     side = float(env_params.side)
     return {
@@ -102,11 +100,32 @@ def split_orders(
     }
 
 
+def _split_market(cfg: Config, splits: MarketSplits, split: str):
+    """``(episodes, env, env_params)`` of a split: the static market, or for
+    :data:`PROPAGATOR_TEST` the test days in the propagator market of ``cfg.impact``."""
+    episodes = splits.split("test" if split == PROPAGATOR_TEST else split)
+    env_params = cfg.env_params(MarketData.from_episodes(episodes))
+    if split != PROPAGATOR_TEST:
+        return episodes, ExecutionEnv(), env_params
+    env_params = PropagatorEnvParams.from_static(env_params, splits.stats, cfg.impact.params())
+    return episodes, PropagatorExecutionEnv(), env_params
+
+
 def baseline_orders(cfg: Config, splits: MarketSplits) -> dict[str, dict[str, SplitOrders]]:
-    """The baselines of :data:`BASELINE_ROWS` on every split."""
+    """The baselines of :data:`BASELINE_ROWS` on every split, and in the propagator
+    market (:data:`PROPAGATOR_TEST`) its optimal schedule
+    (:func:`~serl_jax.baselines.static_optimum.optimal_targets`, named by
+    :func:`~serl_jax.baselines.static_optimum.optimal_label`): the ceiling a schedule
+    can reach there. In the replayed market the schedule of least expected cost without
+    price forecasts trades in proportion to volume: VWAP's row."""
     every = baseline_policies(cfg)
     policies = {name: every[name] for name in BASELINE_ROWS}
-    return {split: split_orders(cfg, splits, split, policies) for split in policy_splits(splits)}
+    orders = {split: split_orders(cfg, splits, split, policies) for split in policy_splits(splits)}
+    _, _, env_params = _split_market(cfg, splits, PROPAGATOR_TEST)
+    targets = optimal_targets(cfg.impact, env_params)
+    optimum = {optimal_label(cfg.impact): (schedule_policy, targets)}
+    orders[PROPAGATOR_TEST].update(split_orders(cfg, splits, PROPAGATOR_TEST, optimum))
+    return orders
 
 
 def calibrate_market(cfg: Config, spec: str, out: Path, log=print) -> Path:

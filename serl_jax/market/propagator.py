@@ -344,9 +344,10 @@ class ImpactState:
 
 
 def initial_impact(params: PropagatorParams) -> ImpactState:
-    """No trade yet: every component 0."""
+    """No trade yet: every component 0 (in the dtype of ``params``: float32 in the markets,
+    float64 where :mod:`serl_jax.baselines.static_optimum` minimizes a schedule's cost)."""
     return ImpactState(
-        components=jnp.zeros_like(params.weights), permanent=jnp.zeros((), jnp.float32)
+        components=jnp.zeros_like(params.weights), permanent=jnp.zeros_like(params.permanent)
     )
 
 
