@@ -107,32 +107,58 @@ def test_concave_optimum_is_reached_from_random_starts_and_beats_twap_and_vwap()
             assert result.fun >= found.objective[0] - 1e-9
 
 
-def test_the_environment_charges_the_optimum_its_objective():
-    """Rolled out in the propagator env (expected liquidity, no spread) on the cn sample's
-    test days, every order's impact cost is sigma_day * J, for the optimum and for TWAP
-    (a flat replayed price, so that the notional weighs every share alike, as J does; a
-    participation cap TWAP never meets, so that the env trades TWAP's schedule as is)."""
-    market = load_market(sample_path("cn_1min"))
+@pytest.fixture(scope="module")
+def cn_market():
+    return load_market(sample_path("cn_1min"))
+
+
+def _flat_price_market(market, **settings) -> PropagatorEnvParams:
+    """The cn sample's test days in the expected-liquidity propagator market, with a flat
+    replayed price (so that the notional weighs every share alike, as J does) and no
+    spread."""
     data = MarketData.from_episodes(market.split("test"))
     static = EnvParams(
         data=data.replace(price=jnp.full_like(data.price, 10.0)),
         order_fraction=0.05,
-        participation_cap=10.0,
         half_spread_bps=0.0,
         quantity_low=1.0,
         quantity_high=1.0,
+        **settings,
     )
     config = PropagatorConfig(liquidity="expected")
-    params = PropagatorEnvParams.from_static(static, market.stats, config.params())
-    found = static_optimum(config, params)
-    sigma_bps = np.asarray(params.data.sigma, np.float64) * np.sqrt(params.data.num_slots) * 1e4
-    twap = remaining_targets(np.full(params.data.num_slots, 1.0 / params.data.num_slots))
+    return PropagatorEnvParams.from_static(static, market.stats, config.params())
+
+
+def _charged_bps(params, targets) -> np.ndarray:
+    """Each order's spread-and-impact cost in the env, bps."""
     env, key = PropagatorExecutionEnv(), jax.random.key(0)
-    for targets, objective in ((found.targets, found.objective), (twap[None], found.twap)):
-        out = jax.device_get(rollout(env, schedule_policy, targets, params, key))
-        cost_bps = (1.0 - np.asarray(out.notional, np.float64) / out.replayed_notional) * 1e4
-        np.testing.assert_allclose(cost_bps, sigma_bps * objective, rtol=5e-4)  # f32 env
-    assert np.all(found.objective < found.twap)
+    out = jax.device_get(rollout(env, schedule_policy, targets, params, key))
+    return (1.0 - np.asarray(out.notional, np.float64) / out.replayed_notional) * 1e4
+
+
+@pytest.mark.parametrize(
+    "cap, penalty_bps", [(10.0, 10.0), (0.2, 10.0), (0.2, 0.0)], ids=["no-cap", "cap", "free"]
+)
+def test_the_environment_charges_the_optimum_its_objective(cn_market, cap, penalty_bps):
+    """Rolled out in the env, every order's cost is sigma_day * J: without a binding cap
+    (TWAP too), within the 20% cap, and with a free forced block (no penalty), where the
+    optimum leaves part of the order to the last minute's block above the cap."""
+    params = _flat_price_market(cn_market, participation_cap=cap, force_penalty_bps=penalty_bps)
+    found = static_optimum(PropagatorConfig(liquidity="expected"), params)
+    sigma_bps = np.asarray(params.data.sigma, np.float64) * np.sqrt(params.data.num_slots) * 1e4
+    charged = _charged_bps(params, found.targets)
+    np.testing.assert_allclose(charged, sigma_bps * found.objective, rtol=5e-4)  # f32 env
+    assert np.all(found.objective < found.volume_proportional)
+    last = found.targets[:, -2]  # held before the last minute: its share of the order
+    profile = np.asarray(params.data.volume_profile[:, -1], np.float64)
+    above_cap = last > cap * profile / 0.05 + 1e-6
+    if cap > 1.0:
+        twap = remaining_targets(np.full(params.data.num_slots, 1.0 / params.data.num_slots))
+        np.testing.assert_allclose(
+            _charged_bps(params, twap[None]), sigma_bps * found.twap, rtol=5e-4
+        )
+    else:  # the block pays only where it is free
+        assert above_cap.all() if penalty_bps == 0.0 else not above_cap.any()
 
 
 def test_optimal_targets_dispatch_and_label():

@@ -27,8 +27,11 @@ optimum of the expected cost over all schedules, adaptive ones included; with
 ``realized`` volumes it is the best schedule fixed before the day.
 
 The minimization is SLSQP (:func:`scipy.optimize.minimize`, float64) over the simplex
-with the participation cap as an upper bound per slot (``participation_cap * v_t / X``;
-the forced last slot is free), with the gradient from JAX. For ``delta < 1`` the problem
+with the participation cap as an upper bound per slot (``participation_cap * v_t / X``),
+with the gradient from JAX. With ``force_liquidation`` one more variable ``b >= 0`` is the
+forced last slot's trade above the cap, which pays ``force_penalty_bps`` on top of its
+impact, as the market charges it
+(:func:`~serl_jax.envs.propagator.forced_block_penalty`). For ``delta < 1`` the problem
 need not be convex, so it starts from both TWAP and the volume-proportional schedule and
 keeps the better; the tests check that random starts reach the same cost. With
 ``delta = 1`` and constant liquidity it reproduces
@@ -112,50 +115,68 @@ def expected_schedule_cost(
 _cost_and_grad = jax.jit(jax.value_and_grad(expected_schedule_cost))
 
 
-def _solve(participation, upper, day_share, risk, impact, starts) -> tuple[np.ndarray, float]:
-    """SLSQP from each start; the best schedule and its ``J``."""
-    participation = jnp.asarray(participation, jnp.float64)
+def _solve(
+    participation, upper, day_share, risk, impact, block_penalty, starts
+) -> tuple[np.ndarray, float]:
+    """SLSQP from each start; the best schedule and its ``J``.
 
-    def fun(xi):
+    The variables are the slots' fractions within the cap and, when ``block_penalty`` is
+    not None, ``b >= 0``: the forced last slot's fraction above the cap, which pays
+    ``block_penalty * b`` (sigma_day) on top of its impact."""
+    participation = jnp.asarray(participation, jnp.float64)
+    blocks = block_penalty is not None
+
+    def fun(z):
+        xi = z[:-1].copy() if blocks else z
+        if blocks:
+            xi[-1] += z[-1]
         value, grad = _cost_and_grad(
             jnp.asarray(xi, jnp.float64), participation, day_share, risk, impact
         )
-        return float(value), np.asarray(grad, np.float64)
+        grad = np.asarray(grad, np.float64)
+        if not blocks:
+            return float(value), grad
+        return float(value) + block_penalty * z[-1], np.append(grad, grad[-1] + block_penalty)
 
+    bounds = list(zip(np.zeros_like(upper), upper, strict=True)) + ([(0.0, 1.0)] if blocks else [])
     best, best_value = None, np.inf
     for start in starts:
+        start = np.append(start, 1.0 - start.sum()) if blocks else start
         result = minimize(
             fun,
             start,
             jac=True,
             method="SLSQP",
-            bounds=list(zip(np.zeros_like(upper), upper, strict=True)),
-            constraints=[{"type": "eq", "fun": lambda xi: xi.sum() - 1.0, "jac": np.ones_like}],
+            bounds=bounds,
+            constraints=[{"type": "eq", "fun": lambda z: z.sum() - 1.0, "jac": np.ones_like}],
             options={"ftol": _TOLERANCE, "maxiter": _MAX_ITERATIONS},
         )
         if not result.success:
             raise RuntimeError(f"static_optimum: SLSQP did not converge: {result.message}")
-        schedule = np.clip(result.x, 0.0, None)
-        schedule /= schedule.sum()
-        value = fun(schedule)[0]
+        z = np.clip(result.x, 0.0, None)
+        z /= z.sum()
+        value = fun(z)[0]
         if value < best_value:
-            best, best_value = schedule, value
+            best, best_value = z, value
+    if blocks:  # the block joins the last slot's trade
+        best = np.concatenate([best[:-2], [best[-2] + best[-1]]])
     return best, best_value
 
 
 def _feasible(weights: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """``weights`` normalized to sum 1 and moved inside ``[0, upper]`` (the excess of
-    capped slots spread over the others in proportion)."""
+    """``weights`` normalized to sum 1 and moved inside ``[0, upper]``: the excess of
+    capped slots is spread over the others in proportion; what no slot can take (``upper``
+    summing to less than 1) is left out, for the forced block."""
     schedule = weights / weights.sum()
     for _ in range(len(schedule)):
         over = schedule > upper
-        if not over.any():
+        free = ~over & (schedule < upper)
+        if not over.any() or not free.any():
             break
         excess = (schedule[over] - upper[over]).sum()
         schedule = np.where(over, upper, schedule)
-        free = ~over & (schedule < upper)
         schedule[free] += excess * schedule[free] / schedule[free].sum()
-    return schedule
+    return np.minimum(schedule, upper)
 
 
 def static_optimum(config: PropagatorConfig, params: EnvParams) -> StaticOptimum:
@@ -187,6 +208,7 @@ def static_optimum(config: PropagatorConfig, params: EnvParams) -> StaticOptimum
     profile = np.asarray(data.volume_profile, np.float64)
     day_volume = np.asarray(data.expected_day_volume, np.float64)
     mean_minute = np.asarray(data.mean_minute_volume, np.float64)
+    sigma_day = np.asarray(data.sigma, np.float64) * np.sqrt(num_slots)
     risk = float(params.urgency) / num_slots
     solved: dict[bytes, tuple[np.ndarray, float, float, float]] = {}
     rows = []
@@ -199,22 +221,26 @@ def static_optimum(config: PropagatorConfig, params: EnvParams) -> StaticOptimum
             else:  # expected volumes, also for a realized-liquidity market
                 liquidity = np.maximum(profile[n], floor)
             day_share = float(params.order_fraction) * profile[n].sum()
-            key = np.concatenate([liquidity, [day_share]]).round(15).tobytes()
+            block_penalty = None  # forced_block_penalty, per unit of the order in sigma_day
+            if params.force_liquidation:
+                block_penalty = float(params.force_penalty_bps) * 1e-4 / sigma_day[n]
+            key = np.concatenate([liquidity, [day_share, block_penalty or 0.0]])
+            key = key.round(15).tobytes()
             if key not in solved:
                 participation = day_share / liquidity  # liquidity in units of V
                 upper = np.minimum(float(params.participation_cap) * liquidity / day_share, 1.0)
-                if upper.sum() < 1.0:
-                    if not params.force_liquidation:
-                        raise ValueError(
-                            f"optimal: env.participation_cap={params.participation_cap} "
-                            f"lets a schedule trade only {upper.sum():.3g} of the order "
-                            "(env.force_liquidation=false)"
-                        )
-                    upper[-1] = 1.0 - upper[:-1].sum()
+                if upper.sum() < 1.0 and not params.force_liquidation:
+                    raise ValueError(
+                        f"optimal: env.participation_cap={params.participation_cap} lets a "
+                        f"schedule trade only {upper.sum():.3g} of the order "
+                        "(env.force_liquidation=false)"
+                    )
                 twap = np.full(num_slots, 1.0 / num_slots)
                 proportional = liquidity / liquidity.sum()
                 starts = [_feasible(twap, upper), _feasible(proportional, upper)]
-                schedule, value = _solve(participation, upper, day_share, risk, impact, starts)
+                schedule, value = _solve(
+                    participation, upper, day_share, risk, impact, block_penalty, starts
+                )
 
                 def cost(xi, participation=participation, day_share=day_share):
                     value, _ = _cost_and_grad(

@@ -210,13 +210,15 @@ class PropagatorTwin:
         slot = s.start + s.time
         price, volume = b.price[s.episode, slot], b.volume[s.episode, slot]
         sigma_day = self.sigma[s.episode] * np.sqrt(b.price.shape[1])
+        liquidity = max(volume, c.liquidity_floor * b.minute_volume[s.episode])
+        cap = float(self.p.participation_cap) * liquidity
+        penalty = 0.0
         if s.time + 1 >= s.window_len:
             qty = s.inventory
+            if qty > cap:  # the forced block's shares above the cap
+                penalty = float(self.p.force_penalty_bps) * 1e-4 * (qty - cap) / qty
         else:
-            qty = min(max(float(action), 0.0), 1.0) * s.inventory
-            liquidity = max(volume, self.config.liquidity_floor * b.minute_volume[s.episode])
-            qty = min(qty, float(self.p.participation_cap) * liquidity)
-        liquidity = max(volume, c.liquidity_floor * b.minute_volume[s.episode])
+            qty = min(min(max(float(action), 0.0), 1.0) * s.inventory, cap)
         side = float(self.p.side)
         x = -side * qty / liquidity
         day_share = -side * qty / b.day_volume[s.episode]
@@ -236,7 +238,8 @@ class PropagatorTwin:
         self.permanent += day_share
         level = sum(w * e for w, e in zip(self.weights, self.components, strict=True))
         end = amplitude * self.response(level) + c.permanent * self.permanent
-        cost = min(max(self.p.half_spread_bps * 1e-4 - side * sigma_day * mean, 0.0), 0.5)
+        cost = self.p.half_spread_bps * 1e-4 + penalty - side * sigma_day * mean
+        cost = min(max(cost, 0.0), float(self.p.max_cost_bps) * 1e-4)
         exec_price = price * (1.0 - side * cost)
         s.inventory -= qty
         s.executed += qty
@@ -333,6 +336,46 @@ def test_two_agents_selling_together_pay_more_than_each_alone(cn_market):
     together = _shortfalls(PropagatorMultiAgentEnv(2), params, 0.02, key)
     assert together[0] == pytest.approx(together[1], rel=1e-5)
     assert together[0] > alone[0] + 1.0
+
+
+def test_the_forced_block_above_the_cap_pays_the_force_penalty(cn_market):
+    """An order held to the forced last step pays ``force_penalty_bps`` on the shares
+    above the participation cap, and only on them; one that finishes within the cap pays
+    nothing more."""
+    data = MarketData.from_episodes(cn_market.split("test"))
+    env, key = PropagatorExecutionEnv(), jax.random.key(0)
+    episode, start, window_len = 2, 30, 10
+
+    def notional(action, penalty_bps):
+        static = EnvParams(data=data, order_fraction=0.1, force_penalty_bps=penalty_bps)
+        params = PropagatorEnvParams.from_static(
+            static, cn_market.stats, PropagatorConfig().params()
+        )
+        state = env.init_state(params, episode, start, window_len)
+        for t in range(window_len):
+            _, state, _, _, info = env.step_env(key, state, action(t), params)
+        return float(state.notional), float(info["exec_qty"]), float(state.quantity)
+
+    def hold(t):
+        return 0.0
+
+    def twap(t):  # the fraction of the remaining inventory that keeps TWAP's pace
+        return 1.0 / (window_len - t)
+
+    held, last, quantity = notional(hold, 0.0)
+    penalized, _, _ = notional(hold, 10.0)
+    assert last == pytest.approx(quantity)  # the whole order at the forced step
+    slot = start + window_len - 1
+    liquidity = max(
+        float(data.volume[episode, slot]), 0.1 * float(data.mean_minute_volume[episode])
+    )
+    excess = quantity - 0.2 * liquidity
+    assert excess > 0.5 * quantity
+    price = float(data.price[episode, slot])
+    assert held - penalized == pytest.approx(price * excess * 10.0 * 1e-4, rel=1e-4)
+    # TWAP: the forced step's remainder is within the cap
+    paced, last, _ = notional(twap, 10.0)
+    assert paced == notional(twap, 0.0)[0] and last > 0
 
 
 def test_one_agent_is_the_single_agent_env_bit_for_bit(cn_market):
