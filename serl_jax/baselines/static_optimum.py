@@ -190,8 +190,8 @@ def static_optimum(config: PropagatorConfig, params: EnvParams) -> StaticOptimum
     """Every episode's optimal static schedule in the propagator market of ``config``.
 
     One SLSQP solve (two starts) per distinct problem: episodes share one when they share
-    the volume profile and the liquidity floor (a symbol's days), since ``X`` scales with
-    the expected day volume.
+    the volume profile, the liquidity floor and the volatility (a symbol's days), since
+    ``X`` scales with the expected day volume.
 
     Args:
         config: the propagator's settings.
@@ -248,14 +248,13 @@ def static_optimum(config: PropagatorConfig, params: EnvParams) -> StaticOptimum
                 schedule, value = _solve(
                     participation, upper, day_share, risk, impact, block_penalty, starts
                 )
-
-                def cost(xi, participation=participation, day_share=day_share):
-                    value, _ = _cost_and_grad(
-                        jnp.asarray(xi), jnp.asarray(participation), day_share, risk, impact
+                references = [
+                    float(
+                        _cost_and_grad(jnp.asarray(xi), participation, day_share, risk, impact)[0]
                     )
-                    return float(value)
-
-                solved[key] = (schedule, value, cost(twap), cost(proportional))
+                    for xi in (twap, proportional)
+                ]
+                solved[key] = (schedule, value, *references)
             rows.append(solved[key])
     return StaticOptimum(
         targets=np.stack([remaining_targets(row[0]) for row in rows]),

@@ -120,12 +120,15 @@ def baseline_orders(cfg: Config, splits: MarketSplits) -> dict[str, dict[str, Sp
     price forecasts trades in proportion to volume: VWAP's row."""
     every = baseline_policies(cfg)
     policies = {name: every[name] for name in BASELINE_ROWS}
-    orders = {split: split_orders(cfg, splits, split, policies) for split in policy_splits(splits)}
     _, _, env_params = _split_market(cfg, splits, PROPAGATOR_TEST)
-    targets = optimal_targets(cfg.impact, env_params)
-    optimum = {optimal_label(cfg.impact): (schedule_policy, targets)}
-    orders[PROPAGATOR_TEST].update(split_orders(cfg, splits, PROPAGATOR_TEST, optimum))
-    return orders
+    optimum = (schedule_policy, optimal_targets(cfg.impact, env_params))
+    with_optimum = {**policies, optimal_label(cfg.impact): optimum}
+    return {
+        split: split_orders(
+            cfg, splits, split, with_optimum if split == PROPAGATOR_TEST else policies
+        )
+        for split in policy_splits(splits)
+    }
 
 
 def calibrate_market(cfg: Config, spec: str, out: Path, log=print) -> Path:
