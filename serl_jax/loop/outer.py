@@ -75,6 +75,7 @@ from serl_jax.config import LOOP_SCORES, Config
 from serl_jax.loop.cascade import DESIGNER_USAGE
 from serl_jax.loop.convergence import EmaConvergence
 from serl_jax.loop.dispatch import ProgramEvaluator
+from serl_jax.loop.novelty import shown_programs
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore
 from serl_jax.metrics import paired_difference
 
@@ -507,7 +508,7 @@ class SERLLoop:
                 prompts.append((module, "design", prompt, completions, None))
                 for completion in completions:
                     cand = self._candidate(
-                        j, idx, module, instruction, completion, incumbent,
+                        j, idx, module, instruction, completion, incumbent, prompt,
                         parent_ids=[incumbent.id],
                     )  # fmt: skip
                     candidates.append((len(prompts) - 1, cand))
@@ -575,17 +576,19 @@ class SERLLoop:
         instruction: str,
         completion: str,
         base: Candidate,
+        prompt: str = "",
         **fields: Any,
     ) -> Candidate:
         """A new candidate from a completion: its code extracted and repaired (rejected
-        at the parse stage when there is none), the other slots' code from ``base`` (the
-        incumbent, or the rejected candidate a retry answers for)."""
+        at the parse stage when there is none; the repair may borrow definitions from the
+        programs ``prompt`` showed), the other slots' code from ``base`` (the incumbent,
+        or the rejected candidate a retry answers for)."""
         cand = Candidate(
             id=f"j{j}-c{idx}", iteration=j, idx=idx, module=module, instruction=instruction,
             completion=completion, **fields,
         )  # fmt: skip
         try:
-            cand.code, cand.repairs = repair(extract_code(completion))
+            cand.code, cand.repairs = repair(extract_code(completion), shown_programs(prompt))
         except ParseError as e:
             cand.status = "rejected"
             cand.validation = {"ok": False, "stage": "parse", "reason": str(e)}
@@ -638,7 +641,7 @@ class SERLLoop:
             for failed_cand, text, completion in zip(group, texts, completions, strict=True):
                 prompts.append((module, "debug", text, [completion], None))
                 cand = self._candidate(
-                    j, idx, module, failed_cand.instruction, completion, failed_cand,
+                    j, idx, module, failed_cand.instruction, completion, failed_cand, text,
                     parent_ids=list(failed_cand.parent_ids), retry_of=failed_cand.id,
                     attempt=attempt, island=failed_cand.island,
                     prompt_kind=failed_cand.prompt_kind,

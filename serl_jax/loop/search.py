@@ -183,7 +183,7 @@ class SERLSearch(SERLLoop):
                 prompts.append((module, "design", text, [completion], None))
                 parents = [s.candidate_id for s in shots] + [incumbent.id]
                 cand = self._candidate(
-                    j, idx, module, f"search prompt: {kind}", completion, incumbent,
+                    j, idx, module, f"search prompt: {kind}", completion, incumbent, text,
                     parent_ids=list(dict.fromkeys(parents)), island=island, prompt_kind=kind,
                 )  # fmt: skip
                 candidates.append((len(prompts) - 1, cand))

@@ -98,3 +98,73 @@ def test_the_standard_imports_pass_the_validators_allow_list():
     for line in STANDARD_IMPORTS.values():
         check_static(line + "\n\ndef reward(prev_state, action, next_state, params):\n"
                      "    return 0.0\n", "reward")  # fmt: skip
+
+
+# -- rule 5: definitions borrowed from the programs the prompt showed ----------------------
+SHOWN = """import jax.numpy as jnp
+
+DENSE_WEIGHT = 0.2  # weight of the per-fill PA shaping term
+SCALE = -(2.0 * 1e4)
+ONES = jnp.ones(3)  # not literals: never copied
+
+
+def safe_div(num, den):
+    positive = den > 0
+    return jnp.where(positive, num / jnp.where(positive, den, 1.0), 0.0) * SCALE
+
+
+def reward(prev_state, action, next_state, params):
+    return {"pa": DENSE_WEIGHT * next_state.last_qty}
+"""
+USES_SHOWN = """
+
+def reward(prev_state, action, next_state, params):
+    return {"pa": DENSE_WEIGHT * safe_div(next_state.last_qty, params.q)}
+"""
+BORROWED = """DENSE_WEIGHT = 0.2  # weight of the per-fill PA shaping term
+SCALE = -(2.0 * 1e4)
+
+
+def safe_div(num, den):
+    positive = den > 0
+    return jnp.where(positive, num / jnp.where(positive, den, 1.0), 0.0) * SCALE
+"""
+BORROWED_FIXES = [
+    "added DENSE_WEIGHT, defined in a program the prompt showed",
+    "added SCALE, defined in a program the prompt showed",
+    "added safe_div, defined in a program the prompt showed",
+]
+
+
+def test_shown_constants_and_helpers_a_program_reads_are_added_after_its_imports():
+    # the 1.5B's j2-c5 (index search, seed 1, 2026-11-28) read DENSE_WEIGHT of its shot
+    code, fixes = repair("import jax.numpy as jnp\n" + USES_SHOWN, [SHOWN])
+    assert code == "import jax.numpy as jnp\n\n" + BORROWED + USES_SHOWN
+    assert fixes == BORROWED_FIXES  # constants first; SCALE because safe_div reads it
+    check_static(code, "reward")
+    # without imports: the helper's jnp gets its import, the definitions follow it
+    code, fixes = repair('"""A reward."""' + USES_SHOWN, [SHOWN])
+    assert code == '"""A reward."""\nimport jax.numpy as jnp\n\n' + BORROWED + USES_SHOWN
+    assert fixes == ["added the missing import jax.numpy as jnp", *BORROWED_FIXES]
+
+
+def test_the_last_shown_definition_wins():
+    first, last = "LIMIT = 1.0\n", "LIMIT = 2.0  # the best shot, shown last\n"
+    body = "\n\ndef f(x):\n    return x * LIMIT\n"
+    code, fixes = repair(body, [first + body, last + body])
+    assert code == last + body
+    assert fixes == ["added LIMIT, defined in a program the prompt showed"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(x):\n    return ONES + x\n",  # shown, but not literals
+        "def f(x):\n    return UNKNOWN + x\n",  # no shown program defines it
+        "def f(x):\n    return max(x, 1.0)\n",  # a builtin
+        "def f(x, SCALE):\n    return SCALE * x\n",  # bound here (an argument)
+        "SCALE = 3.0\n\n\ndef f(x):\n    return SCALE * x\n",  # bound here
+    ],
+)
+def test_rule_5_leaves_other_names_to_validation(source):
+    assert repair(source, [SHOWN]) == (source, [])

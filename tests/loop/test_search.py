@@ -20,6 +20,7 @@ import pytest
 
 from llm.backends.offline import parse_candidates
 from llm.designs import library
+from llm.parsing import program_text
 from llm.prompts import DEFAULT_CODE
 from serl_jax import train
 from serl_jax.config import SEARCH_STAGES, ConfigError, SearchConfig, load_config
@@ -177,6 +178,11 @@ def test_bad_budget_on_the_command_line(tmp_path, capsys):
 # -- a search end to end -------------------------------------------------------------------
 RENAMED = DEFAULT_CODE["reward"].replace("positive", "is_positive")
 SCALED = DEFAULT_CODE["reward"].replace("* 1e4", "* 2e4")
+HELPER = DEFAULT_CODE["reward"][
+    DEFAULT_CODE["reward"].index("def safe_div") : DEFAULT_CODE["reward"].index("def reward")
+]
+# as small models write it: the shown programs' helper used without its definition
+SCALED_WITHOUT_HELPER = SCALED.replace(HELPER, "")
 
 
 def _fence(code: str) -> str:
@@ -187,7 +193,7 @@ def _fence(code: str) -> str:
 def search_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("search")
     script = tmp / "script.json"
-    completions = {"LLM4Reward": [_fence(RENAMED), _fence(SCALED)]}
+    completions = {"LLM4Reward": [_fence(RENAMED), _fence(SCALED_WITHOUT_HELPER)]}
     script.write_text(json.dumps({"completions": completions, "cycle": True}))
     args = [
         "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
@@ -264,8 +270,12 @@ def test_duplicates_reuse_the_first_score(search_run):
     designed = [c for c in store.candidates() if c.iteration >= 2]
     assert [c.iteration for c in designed] == [2, 2, 3, 3]  # the budget: 4 candidates
     renamed = [c for c in designed if c.code.strip() == RENAMED.strip()]
-    scaled = [c for c in designed if c.code.strip() == SCALED.strip()]
+    scaled = [c for c in designed if program_text(c.code) == program_text(SCALED)]
     assert len(renamed) == 2 and len(scaled) == 2
+    # the repair pass gave the scaled program the helper its prompt's programs define
+    assert all(c.repairs == ["added safe_div, defined in a program the prompt showed"]
+               for c in scaled)  # fmt: skip
+    assert all(c.validation["ok"] for c in scaled)
     reference = store.candidates(0)[0]
     for c in renamed:  # the same outputs as the reference: its short score, not trained
         assert c.duplicate_of == reference.id
