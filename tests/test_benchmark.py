@@ -296,3 +296,51 @@ def test_the_printed_results_page_fits_120_columns_and_wide_shows_every_column(t
     assert (
         "| policy | PA (bps) | PA-std | WR | GLR | AFI | n | PA−TWAP (bps) | MDE | won " in markdown
     )
+
+
+def test_the_propagator_preset_row_holds_the_presets_settings():
+    """The ``ppo-propagator`` row's overrides are ``configs/propagator.yaml``'s settings,
+    every one of them, with their values."""
+    import yaml
+
+    from serl_jax.benchmark.suites import PROPAGATOR_PRESET
+
+    preset = yaml.safe_load((ROOT / "configs" / "propagator.yaml").read_text())
+    flat = {f"{section}.{key}": v for section, keys in preset.items() for key, v in keys.items()}
+    given = dict(o.split("=", 1) for o in PROPAGATOR_PRESET)
+    assert set(given) == set(flat)
+    assert all(yaml.safe_load(given[k]) == flat[k] for k in flat)
+
+
+@pytest.mark.slow
+def test_the_propagator_preset_row_trains_in_the_propagator(tmp_path, monkeypatch):
+    """``ppo-propagator`` trains in the propagator market alone, on the mean-variance
+    reward (``loop.score``), keeps its seed on the propagator's validation days, and is
+    rolled out on the replayed and propagator test days."""
+    from serl_jax.benchmark import __main__ as bench
+    from serl_jax.benchmark.suites import Row
+    from serl_jax.envs.execution import mean_variance_reward
+    from serl_jax.envs.propagator import PropagatorEnvParams, PropagatorExecutionEnv
+
+    row = next(r for r in bench.ABLATION_ROWS if r.key == "ppo-propagator")
+    tiny = tuple(o for o in row.overrides if not o.startswith("ppo.total_timesteps="))
+    monkeypatch.setattr(bench, "ABLATION_ROWS", (Row(row.key, row.name, row.kind, tiny),))
+    seen = []
+    real = rows.train_policy
+
+    def recording(cfg, env, train_params, val_params, **kw):
+        seen.append((env, train_params, val_params, kw))
+        return real(cfg, env, train_params, val_params, **kw)
+
+    monkeypatch.setattr(rows, "train_policy", recording)
+    out = tmp_path / "bench"
+    args = ["--data", "sample:us_1min", "--config", TINY, "--seeds", "1", "--ablations",
+            "--rows", "ppo-propagator", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    ((env, train_params, val_params, kw),) = seen
+    assert isinstance(env, PropagatorExecutionEnv) and env.reward_fn is mean_variance_reward
+    assert isinstance(train_params, PropagatorEnvParams)
+    assert isinstance(val_params, PropagatorEnvParams) and "hybrid" not in kw
+    splits = json.loads((out / "results.json").read_text())["datasets"]["us_1min"]["splits"]
+    n = [splits[s]["rows"]["PPO, propagator preset"]["metrics"]["n_orders"] for s in splits]
+    assert list(splits) == ["test", "test@propagator", "val"] and n[0] == n[1] > 0

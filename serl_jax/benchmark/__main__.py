@@ -20,9 +20,11 @@ the hindsight oracle; always run), ``ppo`` (the default PPO, static market),
 training on a market calibrated to the dataset's training days), ``serl-offline`` (the
 SE-RL loop with the offline designer; its best candidate, chosen on validation days) and,
 with ``--llm SPEC``, ``serl-llm`` (the loop with that designer). ``--ablations`` adds the
-DEK off (and low, with an ``hf:`` model), ``loop.score=pa`` and imagined-days rows, and
-one against two IPPO agents in the dynamic market (``agents-1``, ``agents-2``, their own
-table); the static-vs-hybrid comparison is the ``ppo`` and ``ppo-hybrid`` rows paired.
+DEK off (and low, with an ``hf:`` model), ``loop.score=pa``, propagator-preset
+(``ppo-propagator``: ``configs/propagator.yaml``'s PPO, trained in the propagator market
+alone) and imagined-days rows, and one against two IPPO agents in the dynamic market
+(``agents-1``, ``agents-2``, their own table); the static-vs-hybrid comparison is the
+``ppo`` and ``ppo-hybrid`` rows paired.
 
 ``--suite paper`` runs ``cn_index_1min``, ``cn_xsec_1min`` and ``us_2022_1min`` from
 ``--data-root`` (default ``$SERL_DATA_ROOT`` or ``../shared/data``) with the splits

@@ -37,6 +37,7 @@ from serl_jax.experiment import (
     make_imagination,
     resolve_market_path,
     rollout_policy,
+    score_reward,
     train_policy,
 )
 from serl_jax.market.params import MarketParams
@@ -187,9 +188,10 @@ def ppo_orders(
     progress: bool,
     imagine_fn: Any = None,
 ) -> tuple[dict[str, dict[str, SplitOrders]], dict[str, Any]]:
-    """Trains plain PPO as ``cfg`` says (``market.mode`` static or hybrid, with the
-    calibrated ``market.params``), keeps the seed chosen on validation days, saves the
-    checkpoint in ``folder/checkpoint`` and rolls it out on every split.
+    """Trains plain PPO as ``cfg`` says (``market.mode`` static, hybrid, or dynamic: in the
+    dynamic market alone, seeds kept on its validation days), on :func:`score_reward`'s
+    reward (the objective ``loop.score`` ranks by), with the calibrated ``market.params``,
+    saves the checkpoint in ``folder/checkpoint`` and rolls it out on every split.
 
     Returns:
         ``({split: {name: SplitOrders}}, cell facts: seconds, selection, checkpoint)``.
@@ -198,17 +200,23 @@ def ppo_orders(
     params = {
         s: cfg.env_params(MarketData.from_episodes(splits.split(s))) for s in ("train", "val")
     }
-    env = ExecutionEnv()
+    reward_fn = score_reward(cfg)
+    env = ExecutionEnv(reward_fn)
     hybrid = {}
-    if cfg.market.mode == "hybrid":
+    if cfg.market.mode in ("hybrid", "dynamic"):
         market = calibrated_market(cfg, cfg.loop.market)
-        dynamic = dynamic_env_params(cfg, market, params["train"], splits.stats)
-        hybrid = {
-            "dynamic": (make_env(dynamic), dynamic),
-            "hybrid": cfg.market.hybrid_config(),
-        }
+        dynamic = {s: dynamic_env_params(cfg, market, p, splits.stats) for s, p in params.items()}
+        if cfg.market.mode == "dynamic":
+            env, params = make_env(dynamic["train"], reward_fn), dynamic
+        else:
+            hybrid = {
+                "dynamic": (make_env(dynamic["train"], reward_fn), dynamic["train"]),
+                "hybrid": cfg.market.hybrid_config(),
+            }
     elif cfg.market.mode != "static":
-        raise ValueError(f"benchmark: PPO rows train static or hybrid, not {cfg.market.mode}")
+        raise ValueError(
+            f"benchmark: PPO rows train static, hybrid or dynamic, not {cfg.market.mode}"
+        )
     trained = train_policy(
         cfg,
         env,

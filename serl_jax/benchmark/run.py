@@ -114,9 +114,11 @@ class Plan:
 
 
 def _needs_market(row: Row, cfg) -> bool:
-    """Whether a row trains in a calibrated order-book market (hybrid PPO or agents with
-    ``market.simulator=lob``; the propagator needs no calibration run)."""
-    dynamic = row.kind == "agents" or "market.mode=hybrid" in row.overrides
+    """Whether a row trains in a calibrated order-book market (hybrid or dynamic PPO, or
+    agents, with ``market.simulator=lob``; the propagator needs no calibration run)."""
+    dynamic = row.kind == "agents" or any(
+        mode in row.overrides for mode in ("market.mode=hybrid", "market.mode=dynamic")
+    )
     simulator = cfg.market.simulator
     for override in row.overrides:
         if override.startswith("market.simulator="):

@@ -29,6 +29,7 @@ __all__ = [
     "DISCRETE_SET",
     "MAIN_ROWS",
     "PAPER_DATASETS",
+    "PROPAGATOR_PRESET",
     "SAMPLE_DATASETS",
     "Dataset",
     "Row",
@@ -43,6 +44,18 @@ DATA_ROOT_ENV = "SERL_DATA_ROOT"
 DISCRETE_SET = "[0, 0.5, 1, 1.5, 2]"
 """The discrete action set of the ``PPO discrete`` row (chosen on validation days,
 docs/results/learning-variants.md, "A discrete action set")."""
+
+
+PROPAGATOR_PRESET = (
+    "loop.score=mean_variance",
+    "network.action_prior=twap",
+    "network.prior_anchor_steps=1000000.0",
+    "ppo.gae_lambda=1.0",
+    "ppo.total_timesteps=6144000",
+)
+"""The settings of ``configs/propagator.yaml`` as overrides (a test keeps them equal): the
+``PPO, propagator preset`` row trains with them in the propagator market alone, where
+they were chosen on the index's validation days (docs: The impact market)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +156,13 @@ ABLATION_ROWS = (
         ("market.mode=static", "loop.llm=offline", "loop.score=pa"),
         ablation=True,
     ),
+    Row(
+        "ppo-propagator",
+        "PPO, propagator preset",
+        "ppo",
+        ("market.mode=dynamic", "market.simulator=propagator", "loop.llm=none", *PROPAGATOR_PRESET),
+        ablation=True,
+    ),  # fmt: skip
     Row(
         "ppo-imagined",
         "PPO, imagine.ratio=0.5",
