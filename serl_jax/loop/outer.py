@@ -545,10 +545,16 @@ class SERLLoop:
             imagine=self.cfg.imagine, marl=self.cfg.marl, example=example,
         )  # fmt: skip
 
-    def _ask(self, module: str, prompts: list[str], n: int, label: str) -> list[list[str]]:
-        """One designer call: ``n`` completions per prompt within the module's token
-        budget; logs ``label`` and the call's throughput."""
-        budget = min(self.loop.max_new_tokens, MICRO_PROMPTS[module].max_new_tokens)
+    def _ask(
+        self, modules: str | list[str], prompts: list[str], n: int, label: str
+    ) -> list[list[str]]:
+        """One designer call: ``n`` completions per prompt, for prompts of ``modules``,
+        within the largest of their token budgets; logs ``label`` and the call's
+        throughput."""
+        modules = [modules] if isinstance(modules, str) else modules
+        budget = min(
+            self.loop.max_new_tokens, max(MICRO_PROMPTS[m].max_new_tokens for m in modules)
+        )
         t0 = time.perf_counter()
         answers = self.backend.generate(
             prompts, n=n, temperature=self.loop.temperature, max_new_tokens=budget
@@ -602,9 +608,12 @@ class SERLLoop:
         """Self-debugging round ``attempt`` of iteration j (``loop.repair_attempts``):
         each candidate of round ``attempt - 1`` rejected before training, and not yet
         answered, goes back to the designer with its code and the validator's one-line
-        error (:func:`llm.prompts.debug_prompt`; one generate call per module). The
-        answers are recorded as new candidates (``retry_of``, ``attempt``) and returned.
-        A resumed run asks only for the retries it lacks."""
+        error (:func:`llm.prompts.debug_prompt`), all of them in one generate call, every
+        module's together: a local model decodes one answer at a third of its batched
+        rate on a CPU (2026-11-28: 2.8-3.3 against 9.7-11.5 tokens/s), and the round used
+        to make one call per module. The answers are recorded as new candidates
+        (``retry_of``, ``attempt``) and returned. A resumed run asks only for the retries
+        it lacks."""
         cands = self.store.candidates(j)
         answered = {c.retry_of for c in cands if c.retry_of}
         failed = [
@@ -621,33 +630,25 @@ class SERLLoop:
         idx = max(c.idx for c in cands) + 1
         prompts: list[tuple[str, str, str, list[str], Any]] = []
         retries: list[tuple[int, Candidate]] = []
-        for module in dict.fromkeys(c.module for c in failed):
-            group = [c for c in failed if c.module == module]
-            texts = [
-                debug_prompt(
-                    module,
-                    asked[c.prompt_id],
-                    c.code,
-                    c.validation["stage"],
-                    c.validation["reason"],
-                )  # fmt: skip
-                for c in group
-            ]
-            label = (
-                f"[j={j}] self-debugging round {attempt}: {len(group)} rejected {module} "
-                "candidate(s) sent back: "
+        texts = [
+            debug_prompt(
+                c.module, asked[c.prompt_id], c.code, c.validation["stage"], c.validation["reason"]
             )
-            completions = [a[0] for a in self._ask(module, texts, 1, label)]
-            for failed_cand, text, completion in zip(group, texts, completions, strict=True):
-                prompts.append((module, "debug", text, [completion], None))
-                cand = self._candidate(
-                    j, idx, module, failed_cand.instruction, completion, failed_cand, text,
-                    parent_ids=list(failed_cand.parent_ids), retry_of=failed_cand.id,
-                    attempt=attempt, island=failed_cand.island,
-                    prompt_kind=failed_cand.prompt_kind,
-                )  # fmt: skip
-                retries.append((len(prompts) - 1, cand))
-                idx += 1
+            for c in failed
+        ]
+        modules = list(dict.fromkeys(c.module for c in failed))
+        counts = ", ".join(f"{sum(c.module == m for c in failed)} {m}" for m in modules)
+        label = f"[j={j}] self-debugging round {attempt}: {counts} rejected, sent back: "
+        completions = [a[0] for a in self._ask(modules, texts, 1, label)]
+        for failed_cand, text, completion in zip(failed, texts, completions, strict=True):
+            prompts.append((failed_cand.module, "debug", text, [completion], None))
+            cand = self._candidate(
+                j, idx, failed_cand.module, failed_cand.instruction, completion, failed_cand,
+                text, parent_ids=list(failed_cand.parent_ids), retry_of=failed_cand.id,
+                attempt=attempt, island=failed_cand.island, prompt_kind=failed_cand.prompt_kind,
+            )  # fmt: skip
+            retries.append((len(prompts) - 1, cand))
+            idx += 1
         self._record_proposals(j, prompts, retries)
         return [cand for _, cand in retries]
 

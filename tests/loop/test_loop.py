@@ -253,6 +253,22 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
     assert "| j1-c4 | reward | rejected | j1-c1 (round 1) |  | rejected at the static" in md
 
 
+def test_a_self_debugging_round_is_one_designer_call(resumed_run):
+    """Each round's rejected candidates of every module go back in one generate call
+    (batched: a local model decodes one answer at a third of its batched rate)."""
+    store = RunStore.open(resumed_run[0])
+    prompts = store.prompts()
+    design = {(p["iteration"], p["module"]) for p in prompts if p["purpose"] == "design"}
+    refinement = {p["iteration"] for p in prompts if p["purpose"] == "refinement"}
+    retries = [c for c in store.candidates() if c.retry_of]
+    rounds = {(c.iteration, c.attempt) for c in retries}
+    assert store.meta("designer_usage")["calls"] == len(design) + len(refinement) + len(rounds)
+    mixed = [
+        r for r in rounds if len({c.module for c in retries if (c.iteration, c.attempt) == r}) > 1
+    ]
+    assert mixed  # a round that sent back a reward and a network, in that one call
+
+
 def test_paired_with_reference_by_hand():
     ours = {"pa_per_order": [1.0, 2.0, 3.0], "shortfall_per_order": [-1.0, -2.0, -1.0]}
     ref = {"pa_per_order": [0.0, 3.0, 1.0], "shortfall_per_order": [-2.0, -2.0, -2.0]}
