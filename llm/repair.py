@@ -6,10 +6,10 @@ nn``, or no import at all for a name they use. They also rewrite a program shown
 prompt and keep reading one of its constants (``CONCENTRATION``) or helpers
 (``safe_div``) without its definition: 8 of the 1.5B's 23 rejected first answers in the
 index search curves of 2026-11-28 (three seeds) were such NameErrors, and self-debugging
-answered each with the same error. :func:`repair` fixes only such lines, by rules that look at nothing but
-the code and the programs its prompt showed, and names every fix; anything else is left
-for validation (:mod:`llm.validate`) to reject with its reason, which goes back to the
-model. A completion cut off at the token budget needs no repair here:
+answered each with the same error. :func:`repair` fixes only such lines, by rules that
+look at nothing but the code and the programs its prompt showed, and names every fix;
+anything else is left for validation (:mod:`llm.validate`) to reject with its reason,
+which goes back to the model. A completion cut off at the token budget needs no repair here:
 :func:`llm.parsing.extract_code` already keeps the part of an unclosed code block that
 parses.
 

@@ -205,7 +205,8 @@ def ppo_orders(
     hybrid = {}
     if cfg.market.mode in ("hybrid", "dynamic"):
         market = calibrated_market(cfg, cfg.loop.market)
-        dynamic = {s: dynamic_env_params(cfg, market, p, splits.stats) for s, p in params.items()}
+        needed = params if cfg.market.mode == "dynamic" else ("train",)  # hybrid: train only
+        dynamic = {s: dynamic_env_params(cfg, market, params[s], splits.stats) for s in needed}
         if cfg.market.mode == "dynamic":
             env, params = make_env(dynamic["train"], reward_fn), dynamic
         else:

@@ -503,7 +503,7 @@ class SERLLoop:
                 for example in ([shown[i % len(shown)] for i in range(k)] if shown else [None])
             ]
             # One prompt: k samples of it; one prompt per sample: one sample each.
-            answers = self._ask(module, texts, 1 if shown else k, f"[j={j}] {module}: ")
+            answers = self._ask([module], texts, 1 if shown else k, f"[j={j}] {module}: ")
             for prompt, completions in zip(texts, answers, strict=True):
                 prompts.append((module, "design", prompt, completions, None))
                 for completion in completions:
@@ -545,13 +545,10 @@ class SERLLoop:
             imagine=self.cfg.imagine, marl=self.cfg.marl, example=example,
         )  # fmt: skip
 
-    def _ask(
-        self, modules: str | list[str], prompts: list[str], n: int, label: str
-    ) -> list[list[str]]:
+    def _ask(self, modules: list[str], prompts: list[str], n: int, label: str) -> list[list[str]]:
         """One designer call: ``n`` completions per prompt, for prompts of ``modules``,
         within the largest of their token budgets; logs ``label`` and the call's
         throughput."""
-        modules = [modules] if isinstance(modules, str) else modules
         budget = min(
             self.loop.max_new_tokens, max(MICRO_PROMPTS[m].max_new_tokens for m in modules)
         )

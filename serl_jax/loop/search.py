@@ -176,7 +176,7 @@ class SERLSearch(SERLLoop):
                 )  # fmt: skip
                 for _, kind, shots in group
             ]
-            answers = self._ask(module, texts, 1, f"[j={j}] {module}: ")
+            answers = self._ask([module], texts, 1, f"[j={j}] {module}: ")
             for (island, kind, shots), text, [completion] in zip(
                 group, texts, answers, strict=True
             ):
