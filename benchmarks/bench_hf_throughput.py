@@ -86,10 +86,16 @@ def real_prompt(module: str) -> str:
 
 
 def export_architecture(spec: str, out: Path) -> None:
-    """Writes ``spec``'s config and tokenizer (no weights) to ``out``."""
+    """Writes ``spec``'s config and tokenizer (no weights) to ``out``, without the config's
+    ``quantization_config``: a model loaded from a ``.gguf`` file records its GGUF
+    quantization there, and a model built from that config would run transformers' packed
+    GGUF kernels instead of the plain ``--dtype`` layers a checkpoint folder loads into."""
     backend = HFBackend(spec, device="cpu", dtype="bfloat16")
     out.mkdir(parents=True, exist_ok=True)
-    backend.model.config.save_pretrained(out)
+    config = backend.model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(out)
     backend.model.generation_config.save_pretrained(out)
     backend.tokenizer.save_pretrained(out)
     print(f"wrote {sorted(p.name for p in out.iterdir())} to {out}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,25 @@ def test_a_truncated_gguf_file_is_a_one_line_error(tmp_path):
 @pytest.fixture(scope="module")
 def smollm2():
     return HFBackend(str(GGUF))
+
+
+@needs_model
+def test_an_exported_architecture_drops_the_gguf_quantization(smollm2, tmp_path):
+    """``bench_hf_throughput.py --export-architecture``: a model loaded from a GGUF file
+    records its quantization in its config; the exported config must not, or a model
+    built from it with random weights runs packed GGUF kernels instead of the plain layers
+    a checkpoint folder loads into."""
+    benchmarks = str(Path(__file__).resolve().parents[2] / "benchmarks")
+    sys.path.insert(0, benchmarks)
+    try:
+        import bench_hf_throughput
+    finally:
+        sys.path.remove(benchmarks)
+    assert smollm2.model.config.quantization_config.quant_method == "gguf"
+    bench_hf_throughput.export_architecture(str(GGUF), tmp_path / "arch")
+    config = json.loads((tmp_path / "arch" / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert config["model_type"] == "llama" and config["num_hidden_layers"] == 30
 
 
 @needs_model
