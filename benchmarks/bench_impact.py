@@ -7,7 +7,10 @@ For each dataset, on its test days (reporting only: nothing here is fitted to th
 - ``lob``: the order-book market calibrated to the dataset's training days (the shipped
   ``configs/market/<sample>.yaml`` for a sample; for another dataset
   ``--lob-params NAME=FILE``, or calibrated here with ``python -m serl_jax.calibrate``'s
-  defaults and kept in ``--calibrated DIR`` for the next run).
+  defaults and kept in ``--calibrated DIR`` for the next run). With
+  ``--fit-agent-impact`` the book then gets the agents' own flow memory, its
+  coefficient fitted on the dataset's training days to the square-root law's ``Y`` = 0.7
+  (:func:`serl_jax.calibrate.fit_agent_impact`), kept as ``<dataset>-market-agent.yaml``.
 
 Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
 propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the
@@ -18,6 +21,7 @@ Usage (from the repository root)::
     python benchmarks/bench_impact.py                       # the shipped cn sample
     python benchmarks/bench_impact.py --suite paper --json  # the three large sets
     python benchmarks/bench_impact.py --data PATH [--markets propagator] [section.key=value]
+    python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact
 
 ``--json`` prints one object per market and dataset with ``market``, ``dataset``,
 ``delta``, ``Y``, ``post_fraction_1x``, ``post_fraction_2x``, ``twap_cost_over_sqrt_law``,
@@ -33,10 +37,12 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from bench_env import machine_description
 
 from serl_jax.benchmark.rows import calibrate_market
 from serl_jax.benchmark.suites import PAPER_DATASETS, SAMPLE_DATASETS, default_data_root
+from serl_jax.calibrate import AGENT_IMPACT_Y, fit_agent_impact
 from serl_jax.cli import parse_command_line
 from serl_jax.config import load_config
 from serl_jax.envs.dynamic import DynamicExecutionEnv
@@ -45,12 +51,14 @@ from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
 from serl_jax.envs.propagator import PropagatorExecutionEnv, PropagatorMultiAgentEnv
 from serl_jax.experiment import calibrated_market, dynamic_env_params, load_splits
 from serl_jax.impact import measure_impact
+from serl_jax.market.params import load_market_params
 
 MARKETS = ("propagator", "lob")
 
 
-def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path):
-    """The order-book market's parameters for a dataset (module docstring)."""
+def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path, splits=None):
+    """The order-book market's parameters for a dataset (module docstring); with
+    ``splits``, the agents' own impact fitted on their training days."""
     lob_cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, simulator="lob"))
     if dataset in given:
         lob_cfg = dataclasses.replace(
@@ -68,7 +76,23 @@ def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: P
         lob_cfg = dataclasses.replace(
             lob_cfg, market=dataclasses.replace(lob_cfg.market, params=str(out))
         )
-    return calibrated_market(lob_cfg, path)
+    market = calibrated_market(lob_cfg, path)
+    if splits is None:
+        return market
+    out = calibrated_dir / f"{dataset}-market-agent.yaml"
+    if not out.is_file():
+        print(f"[{dataset}] fitting the agents' own impact on the training days",
+              file=sys.stderr, flush=True)  # fmt: skip
+        market, _ = fit_agent_impact(
+            splits, market, days=32, log=lambda line: print(line, file=sys.stderr)
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(
+            f"# {dataset}: the calibrated book with agent_flow_impact_bps fitted on 32 training "
+            f"days to Y {AGENT_IMPACT_Y} (serl_jax.calibrate.fit_agent_impact)\n"
+            + yaml.safe_dump({"market": market.to_mapping()}, sort_keys=False)
+        )
+    return load_market_params(out)
 
 
 def main() -> None:
@@ -87,6 +111,10 @@ def main() -> None:
     parser.add_argument(
         "--calibrated", default="runs/calibrated", help="where calibrations are kept"
     )
+    parser.add_argument(
+        "--fit-agent-impact", action="store_true",
+        help="lob: the agents' own flow memory, fitted on the training days to Y 0.7",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="JSON lines")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parse_command_line(parser, None)  # overrides may stand among the flags
@@ -121,7 +149,8 @@ def main() -> None:
                 model = cfg.impact.params()
             else:
                 envs = (DynamicExecutionEnv(), MultiAgentExecutionEnv)
-                model = lob_market(cfg, name, path, given, Path(args.calibrated))
+                fit = splits if args.fit_agent_impact else None
+                model = lob_market(cfg, name, path, given, Path(args.calibrated), fit)
             params = dynamic_env_params(cfg, model, static, splits.stats)
             report = measure_impact(
                 envs[0], envs[1], params, market=market, dataset=name,

@@ -5,6 +5,7 @@ Usage::
     python -m serl_jax.calibrate --data sample:cn_1min --out configs/market/cn_1min.yaml
     python -m serl_jax.calibrate --data PATH [--lobster MESSAGE ORDERBOOK]
         [--tick-size 0.01] [--iterations 6] [--days 8] [--start FILE] [--seed 0]
+        [--fit-agent-impact [--agent-impact-y 0.7]]
         [--fit-propagator [--propagator-out FILE] [--impact-days 16]]
 
 Targets (training days only, :mod:`serl_jax.market.statistics`): quoted spread (Roll's
@@ -44,6 +45,12 @@ fit than its start.
 
 It prints real and simulated statistics side by side and writes the fitted parameters
 as YAML (with the comparison as comments) for :func:`load_market_params`.
+
+``--fit-agent-impact`` then gives the book the agents' own flow memory
+(``agent_flow_memory: 1``) and scales its coefficient until metaorders on
+``--impact-days`` training days follow the square-root law with ``Y`` =
+``--agent-impact-y`` (:func:`fit_agent_impact`); the background populations stay as
+fitted. The written parameters hold the result.
 
 ``--fit-propagator`` then measures the calibrated book's impact response on the training
 days (:func:`serl_jax.impact.measure_impact`: metaorders of 0.1-20% of a 60-minute
@@ -348,6 +355,71 @@ def fit_propagator_to_book(
     return config, rmse, book_report, fitted_report
 
 
+AGENT_IMPACT_Y = 0.7
+"""Target prefactor ``Y`` of the square-root law ``Y sigma_day (Q/V)^delta`` for
+:func:`fit_agent_impact`: the middle of the published 0.5-1 (Tóth et al. 2011; Bouchaud,
+Bonart, Donier & Gould 2018, ch. 12)."""
+
+
+def fit_agent_impact(
+    splits: MarketSplits,
+    market: MarketParams,
+    days: int,
+    target_y: float = AGENT_IMPACT_Y,
+    iterations: int = 2,
+    log=print,
+) -> tuple[MarketParams, ImpactReport]:
+    """The book with the agents' own flow memory (``agent_flow_memory`` 1), its
+    ``agent_flow_impact_bps`` scaled until metaorders on the training days follow the
+    square-root law with prefactor ``target_y``.
+
+    Each iteration measures the book's :class:`~serl_jax.impact.ImpactReport` on the
+    first ``days`` training days and multiplies the coefficient by ``target_y / Y`` (the
+    informed traders' response is linear in it; the book's own mechanical impact is not,
+    hence more than one step). The background is untouched: without agent orders the
+    market is the same with either memory.
+
+    Args:
+        splits: the dataset (its training days are measured).
+        market: the calibrated background; its ``agent_flow_impact_bps`` is the start.
+        days: training days measured per iteration.
+        target_y: the ``Y`` to reach (> 0).
+        iterations: scaling steps (>= 1); one more measurement reports the result.
+
+    Returns:
+        ``(market, report)``: the fitted parameters and their report on the same days.
+
+    Raises:
+        ValueError: ``target_y`` or ``iterations`` out of range, or a measured ``Y`` that
+            is not positive (no response to scale).
+    """
+    if not target_y > 0 or iterations < 1:
+        raise ValueError(f"fit_agent_impact: need target_y > 0 and iterations >= 1, got "
+                         f"{target_y} and {iterations}")  # fmt: skip
+    static = EnvParams(data=MarketData.from_episodes(splits.train))
+    market = market.replace(agent_flow_memory=1)
+
+    def measure(market: MarketParams) -> ImpactReport:
+        book = DynamicEnvParams.from_static(static, splits.stats, market)
+        return measure_impact(
+            DynamicExecutionEnv(), MultiAgentExecutionEnv, book,
+            market="lob", dataset=splits.name, days=days,
+        )  # fmt: skip
+
+    for i in range(iterations):
+        report = measure(market)
+        if not np.isfinite(report.y) or report.y <= 0:
+            raise ValueError(f"fit_agent_impact: measured Y = {report.y} at "
+                             f"agent_flow_impact_bps {market.agent_flow_impact_bps}")  # fmt: skip
+        scaled = market.agent_flow_impact_bps * target_y / report.y
+        log(f"agent impact {i}: agent_flow_impact_bps {market.agent_flow_impact_bps:.3f}: "
+            f"delta {report.delta:.3f}, Y {report.y:.3f} -> {scaled:.3f}")  # fmt: skip
+        market = market.replace(agent_flow_impact_bps=float(scaled))
+    report = measure(market)
+    log(impact_comparison(report))
+    return market, report
+
+
 def impact_comparison(*reports: ImpactReport) -> str:
     """The reports' figures side by side, one row per market."""
     lines = [
@@ -417,6 +489,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also fit the propagator market to the calibrated book's impact response",
     )
+    parser.add_argument(
+        "--fit-agent-impact",
+        action="store_true",
+        help="give the agents their own flow memory, scaled to the square-root law's Y",
+    )
+    parser.add_argument(
+        "--agent-impact-y", type=float, default=AGENT_IMPACT_Y, help="Y to fit (> 0)"
+    )
     parser.add_argument("--propagator-out", help="write the fitted propagator here (YAML)")
     parser.add_argument(
         "--impact-days", type=int, default=16, help="training days of the impact response"
@@ -428,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.iterations < 0 or args.days < 0:
             raise ValueError("--iterations and --days must be >= 0")
+        if not args.agent_impact_y > 0:
+            raise ValueError(f"--agent-impact-y must be > 0, got {args.agent_impact_y}")
         path = _resolve(args.data)
         lobster = tuple(Path(p) for p in args.lobster) if args.lobster else default_lobster()
         start = load_market_params(args.start) if args.start else MarketParams()
@@ -444,6 +526,12 @@ def main(argv: list[str] | None = None) -> int:
     print(comparison_table(real, sim) if args.verbose else pooled_comparison_table(real, sim))
     print(real.describe_sources())
     command = "python -m serl_jax.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.fit_agent_impact:
+        try:
+            market, _ = fit_agent_impact(splits, market, args.impact_days, args.agent_impact_y)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.out:
         write_params(Path(args.out), market, real, sim, command)
         print(f"wrote {args.out}")

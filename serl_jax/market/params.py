@@ -94,6 +94,20 @@ class MarketParams:
             0.5: with 1 the calibrated book's metaorder impact grew as ``(Q/V)^0.73`` on
             the cn sample, with 0.5 as ``(Q/V)^0.51`` (``benchmarks/bench_impact.py``).
         flow_impact_halflife_minutes: half-life of the remembered flow, minutes (> 0).
+        agent_flow_memory: static; 0 (default): the informed traders remember the
+            execution agents' net aggressive flow together with the background's, one
+            memory ``E``; 1: in a second memory ``E_a`` of the agents' flow alone (same
+            half-life), their value shifting by ``flow_response(E) +
+            agent_flow_impact_bps * 1e-4 * sign(E_a) |E_a| ** delta``. With one memory
+            the response is concave in the *total* flow, so a small metaorder's
+            increment on top of the background's own flow is nearly linear; with two it
+            is concave in the metaorder's own flow whatever the background does, the
+            square-root law of Tóth et al. (2011) as a state-dependent response to the
+            metaorder's decaying volume, as in Alfonsi, Fruth & Schied (2010, "Optimal
+            execution strategies in limit order books with general shape functions",
+            Quant. Finance 10), whose model admits no price manipulation.
+        agent_flow_impact_bps: the agents' memory's response at ``E_a`` = ``V`` shares,
+            bps (``agent_flow_memory`` 1 only).
         momentum_slots: momentum-trader slots per round (static; 0 disables them).
         momentum_prob: probability per round that a momentum slot trades when signalled.
         momentum_fast, momentum_slow: per-round EMA weights of the fast and slow mid
@@ -126,6 +140,8 @@ class MarketParams:
     flow_impact_bps: float = 5.0
     flow_impact_exponent: float = 0.5
     flow_impact_halflife_minutes: float = 30.0
+    agent_flow_memory: int = struct.field(pytree_node=False, default=0)
+    agent_flow_impact_bps: float = 5.0
     momentum_slots: int = struct.field(pytree_node=False, default=1)
     momentum_prob: float = 0.3
     momentum_fast: float = 0.3
@@ -141,6 +157,11 @@ class MarketParams:
         for name in ("noise_slots", "informed_slots", "momentum_slots"):
             if getattr(self, name) < 0:
                 raise ValueError(f"market.{name} must be >= 0, got {getattr(self, name)}")
+        if self.agent_flow_memory not in (0, 1):
+            raise ValueError(
+                f"market.agent_flow_memory must be 0 (one memory) or 1 (the agents' own), "
+                f"got {self.agent_flow_memory}"
+            )
 
     def capacity(self, num_agents: int = 1) -> int:
         """Book slots per side that can never overflow: the market makers' rungs, the

@@ -77,6 +77,9 @@ class MarketState:
             ``exp(flow_response(order_flow))`` (:func:`flow_response`).
         signed_volume: ``int32`` net aggressive volume since reset, shares (buyer- minus
             seller-initiated; a counter, like the book's ``filled_qty``).
+        agent_flow: ``float32`` the informed traders' memory of the execution agents' own
+            net aggressive flow, in ``V`` (``params.agent_flow_memory`` 1; 0 otherwise,
+            the agents' flow then being part of ``order_flow``).
     """
 
     book: Book
@@ -91,6 +94,7 @@ class MarketState:
     informed: NoiseBook
     order_flow: jax.Array
     signed_volume: jax.Array
+    agent_flow: jax.Array
 
     @property
     def num_owners(self) -> int:
@@ -217,6 +221,7 @@ def reset_market(reference, volume_unit, params: MarketParams, num_agents: int =
         informed=NoiseBook.empty(params.informed_slots),
         order_flow=jnp.float32(0.0),
         signed_volume=jnp.int32(0),
+        agent_flow=jnp.float32(0.0),
     )
 
 
@@ -256,17 +261,23 @@ def last_trade_price(trades: Trades, fallback) -> jax.Array:
     return jnp.where(last >= 0, price[jnp.maximum(last, 0)], fallback).astype(jnp.float32)
 
 
-def signed_flow(trades: Trades) -> tuple[jax.Array, jax.Array]:
+def signed_flow(trades: Trades) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Net aggressive volume of a trade buffer of any shape, shares (buys positive).
 
     Returns:
-        ``(all_aggressors int32, uninformed float32)``: the second leaves out the
-        informed traders' own orders (the flow they learn from, see
-        :func:`learn_from_flow`).
+        ``(all_aggressors int32, uninformed float32, agents float32)``: the second
+        leaves out the informed traders' own orders (the flow they learn from, see
+        :func:`learn_from_flow`); the third is the execution agents' part of it (owner
+        ids from :data:`~serl_jax.market.params.FIRST_AGENT_OWNER`).
     """
     signed = trades.aggressor_side * trades.qty
     uninformed = jnp.where(trades.aggressor_owner == INFORMED_TRADER, 0, signed)
-    return signed.sum(dtype=jnp.int32), uninformed.sum().astype(jnp.float32)
+    agents = jnp.where(trades.aggressor_owner >= FIRST_AGENT_OWNER, signed, 0)
+    return (
+        signed.sum(dtype=jnp.int32),
+        uninformed.sum().astype(jnp.float32),
+        agents.sum().astype(jnp.float32),
+    )
 
 
 def flow_response(order_flow, params: MarketParams) -> jax.Array:
@@ -282,6 +293,34 @@ def flow_response(order_flow, params: MarketParams) -> jax.Array:
     """
     magnitude = jnp.abs(order_flow) ** params.flow_impact_exponent
     return params.flow_impact_bps * 1e-4 * jnp.sign(order_flow) * magnitude
+
+
+def value_shift(state: MarketState, params: MarketParams) -> jax.Array:
+    """``float32`` log shift of the informed traders' value: :func:`flow_response` of
+    the background's memory plus, with ``params.agent_flow_memory`` 1, the agents' own
+    memory's ``agent_flow_impact_bps * 1e-4 * sign(E_a) |E_a| ** delta``."""
+    shift = flow_response(state.order_flow, params)
+    if params.agent_flow_memory:
+        magnitude = jnp.abs(state.agent_flow) ** params.flow_impact_exponent
+        shift = shift + params.agent_flow_impact_bps * 1e-4 * jnp.sign(state.agent_flow) * magnitude
+    return shift
+
+
+def remember_flow(
+    state: MarketState, flow, agents_flow, volume_unit, params: MarketParams
+) -> MarketState:
+    """One round of :func:`learn_from_flow` on the informed traders' memories:
+    ``flow`` (shares, uninformed net aggressive flow, the agents' ``agents_flow``
+    included) into ``order_flow`` with ``params.agent_flow_memory`` 0; else
+    ``flow - agents_flow`` into ``order_flow`` and ``agents_flow`` into ``agent_flow``."""
+    if not params.agent_flow_memory:
+        return state.replace(
+            order_flow=learn_from_flow(state.order_flow, flow, volume_unit, params)
+        )
+    return state.replace(
+        order_flow=learn_from_flow(state.order_flow, flow - agents_flow, volume_unit, params),
+        agent_flow=learn_from_flow(state.agent_flow, agents_flow, volume_unit, params),
+    )
 
 
 def learn_from_flow(order_flow, flow, volume_unit, params: MarketParams) -> jax.Array:
@@ -343,13 +382,14 @@ def run_minute(
     volume_unit = jnp.asarray(volume_unit, jnp.float32)
     book, trades = book_messages(state.book, agent_messages, max_trades=capacity, engine=engine)
     position_change, cash_change, volume = settle(trades, n_owners)
-    signed_volume, agent_flow = signed_flow(trades)
+    # the agents' messages: their flow enters the memory without a decay
+    signed_volume, agent_flow, _ = signed_flow(trades)
     first_mid = round_view(book, last_trade_price(trades, state.reference)).reference
-    state = state.replace(
-        book=book,
-        reference=first_mid,
-        order_flow=state.order_flow + agent_flow / volume_unit,
-    )
+    state = state.replace(book=book, reference=first_mid)
+    if params.agent_flow_memory:
+        state = state.replace(agent_flow=state.agent_flow + agent_flow / volume_unit)
+    else:
+        state = state.replace(order_flow=state.order_flow + agent_flow / volume_unit)
     n_informed, n_momentum = params.informed_slots, params.momentum_slots
     u = jax.random.uniform(key, (params.rounds_per_minute, uniforms_per_round(params)))
 
@@ -376,7 +416,7 @@ def run_minute(
                     owner=field(participation.owner),
                 ),
             )
-        value = fundamental * jnp.exp(flow_response(st.order_flow, params))
+        value = fundamental * jnp.exp(value_shift(st, params))
         informed, informed_ring, next_id = informed_orders(
             view, st.informed, st.next_order_id, value, u[:n_informed], params, volume_unit
         )
@@ -403,7 +443,7 @@ def run_minute(
         if participation is not None:  # its market orders never rest: it is the aggressor
             own = jnp.abs(d_position[participation.owner])
             pov_done, pov_seen = pov_done + own, pov_seen + (d_volume - own)
-        d_signed, flow = signed_flow(trades)
+        d_signed, flow, agents_flow = signed_flow(trades)
         mid = round_view(book, last_trade_price(trades, view.reference)).reference
         st = st.replace(
             book=book,
@@ -416,8 +456,8 @@ def run_minute(
             round=st.round + 1,
             noise=ring,
             informed=informed_ring,
-            order_flow=learn_from_flow(st.order_flow, flow, volume_unit, params),
         )
+        st = remember_flow(st, flow, agents_flow, volume_unit, params)
         carry = (
             st,
             position_change + d_position,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from serl_jax.calibrate import fit_error, main, update_params
+from serl_jax.calibrate import fit_agent_impact, fit_error, main, update_params
 from serl_jax.config import load_config
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.market.statistics import STAT_COLUMNS, MarketStatistics
@@ -99,6 +100,38 @@ def test_cli_rejects_bad_arguments(capsys):
     assert err == "error: --iterations and --days must be >= 0"
     assert main(["--data", "no/such/bars.csv"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_agent_impact_fit_rejects_bad_targets(capsys):
+    assert main(["--data", "sample:cn_1min", "--agent-impact-y", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --agent-impact-y must be > 0, got 0.0"
+    with pytest.raises(ValueError, match="need target_y > 0 and iterations >= 1"):
+        fit_agent_impact(None, MarketParams(), days=2, iterations=0)
+
+
+@pytest.mark.slow
+def test_cli_fits_the_agents_own_impact_to_the_square_root_law(tmp_path, capsys):
+    """Each step multiplies the coefficient by 0.7 / Y (read back from the log); the
+    written book has the agents' memory and the last coefficient."""
+    out = tmp_path / "market.yaml"
+    argv = [
+        "--data", "sample:cn_1min", "--iterations", "0", "--days", "1", "--fit-agent-impact",
+        "--impact-days", "2", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    steps = [
+        [float(x) for x in re.findall(r"[-+]?\d+\.\d+", line)]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("agent impact ")
+    ]
+    assert len(steps) == 2 and steps[0][0] == 5.0  # the default coefficient, 5 bps
+    for bps, _delta, y, scaled in steps:  # each printed to 3 decimals
+        rounding = 5e-4 / bps + 5e-4 / y + 5e-4 / scaled
+        assert scaled == pytest.approx(bps * 0.7 / y, rel=rounding)
+    assert steps[1][0] == pytest.approx(steps[0][3], abs=1e-3)
+    market = load_market_params(out)
+    assert market.agent_flow_memory == 1
+    assert market.agent_flow_impact_bps == pytest.approx(steps[1][3], abs=1e-3)
 
 
 @pytest.mark.slow

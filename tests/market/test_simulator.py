@@ -22,6 +22,7 @@ from serl_jax.market.simulator import (
     run_minute,
     settle,
     signed_flow,
+    value_shift,
 )
 
 QUIET = dict(
@@ -72,12 +73,13 @@ def test_settle_by_hand():
     np.testing.assert_array_equal(position, [0, -3, -2, 0, 0, 5])
     np.testing.assert_allclose(cash, [0, 30, 18, 0, 0, -48])
     assert int(volume) == 5
-    every, uninformed = signed_flow(trades)
+    every, uninformed, agents = signed_flow(trades)
     assert int(every) == 3 - 2 and float(uninformed) == 1.0
+    assert float(agents) == 3.0  # owner 5's aggressive buy; owner 2 is background
     # the informed traders' own buying is not news to them
     informed = trades.replace(aggressor_owner=jnp.array([[INFORMED_TRADER, 2]]))
-    every, uninformed = signed_flow(informed)
-    assert int(every) == 1 and float(uninformed) == -2.0
+    every, uninformed, agents = signed_flow(informed)
+    assert int(every) == 1 and float(uninformed) == -2.0 and float(agents) == 0.0
 
 
 def test_agent_fills_are_attributed_by_owner():
@@ -106,6 +108,52 @@ def test_agent_fills_are_attributed_by_owner():
     assert int(minute.signed_volume) == -20 and int(state.signed_volume) == -20
     decay = 2.0 ** (-1.0 / (params.flow_impact_halflife_minutes * params.rounds_per_minute))
     assert float(state.order_flow) == pytest.approx(-0.2 * decay**2, rel=1e-5)
+    assert float(state.agent_flow) == 0.0
+
+
+def test_the_agents_own_flow_memory_takes_their_flow_alone():
+    """``agent_flow_memory`` 1: the same minute as above; the agents' net flow (-20 of
+    V = 100) goes to ``agent_flow``, decayed the same way, and ``order_flow`` stays 0."""
+    params = MarketParams(**QUIET, agent_flow_memory=1)
+    state = reset_market(100.5, 100.0, params, num_agents=2)
+    seller, buyer = FIRST_AGENT_OWNER, FIRST_AGENT_OWNER + 1
+    orders = _orders((MARKET, SELL, 0, 25, 0, seller), (LIMIT, BUY, 101, 5, 900, buyer))
+    fundamental = jnp.full((params.rounds_per_minute,), 100.5)
+    state, _ = run_minute(state, orders, fundamental, 1.0, 100.0, jax.random.PRNGKey(0), params)
+    decay = 2.0 ** (-1.0 / (params.flow_impact_halflife_minutes * params.rounds_per_minute))
+    assert float(state.agent_flow) == pytest.approx(-0.2 * decay**2, rel=1e-5)
+    assert float(state.order_flow) == 0.0
+
+
+def test_value_shift_by_hand():
+    """Background memory 0.25 and agents' memory -0.04 (both in V), exponent 0.5, 8 and
+    10 bps: one memory reads only ``order_flow`` (+4 bps); two add the agents'
+    -10 x 0.2 = -2 bps. With two, the agents' increment is the same on any background."""
+    state = reset_market(100.5, 100.0, MarketParams(**QUIET)).replace(
+        order_flow=jnp.float32(0.25), agent_flow=jnp.float32(-0.04)
+    )
+    pooled = MarketParams(flow_impact_bps=8.0, agent_flow_impact_bps=10.0)
+    separate = pooled.replace(agent_flow_memory=1)
+    assert float(value_shift(state, pooled)) == pytest.approx(4e-4)
+    assert float(value_shift(state, separate)) == pytest.approx(2e-4)
+    for background in (-0.5, 0.0, 0.3):
+        with_agents = state.replace(order_flow=jnp.float32(background))
+        without = with_agents.replace(agent_flow=jnp.float32(0.0))
+        increment = float(value_shift(with_agents, separate) - value_shift(without, separate))
+        assert increment == pytest.approx(-2e-4, abs=1e-9)
+
+
+def test_the_agents_own_memory_leaves_a_market_without_agent_orders_unchanged():
+    """A noisy market with no agent orders: one memory or two give the same days."""
+    base = MarketParams(mm_levels=4, noise_orders=12, rounds_per_minute=3)
+    pooled, pooled_days = _noisy_days(base, 2, 20, jax.random.PRNGKey(5))
+    separate, separate_days = _noisy_days(
+        base.replace(agent_flow_memory=1), 2, 20, jax.random.PRNGKey(5)
+    )
+    np.testing.assert_array_equal(pooled_days.mid, separate_days.mid)
+    np.testing.assert_array_equal(pooled.order_flow, separate.order_flow)
+    assert np.abs(pooled.order_flow).max() > 0  # the background's flow was remembered
+    np.testing.assert_array_equal(separate.agent_flow, 0.0)
 
 
 def _noisy_days(params, n_markets, minutes, key):
@@ -184,6 +232,8 @@ def test_params_from_mapping_rejects_bad_keys():
         with pytest.raises(ValueError, match="market.flow_impact_exponent: must be in"):
             MarketParams.from_mapping({"flow_impact_exponent": bad})
     assert MarketParams.from_mapping({"flow_impact_exponent": 0.5}).flow_impact_exponent == 0.5
+    with pytest.raises(ValueError, match="market.agent_flow_memory must be 0"):
+        MarketParams.from_mapping({"agent_flow_memory": 2})
 
 
 def test_participation_quantity_by_hand():
