@@ -291,8 +291,13 @@ def flow_response(order_flow, params: MarketParams) -> jax.Array:
     markets", Phys. Rev. X 1; Bouchaud, Bonart, Donier & Gould 2018, "Trades, Quotes and
     Prices", ch. 12), as the propagator market's ``F`` does.
     """
-    magnitude = jnp.abs(order_flow) ** params.flow_impact_exponent
-    return params.flow_impact_bps * 1e-4 * jnp.sign(order_flow) * magnitude
+    return _power_response(order_flow, params.flow_impact_bps, params)
+
+
+def _power_response(flow, bps, params: MarketParams) -> jax.Array:
+    """``bps * 1e-4 * sign(flow) |flow| ** flow_impact_exponent``, log price."""
+    magnitude = jnp.abs(flow) ** params.flow_impact_exponent
+    return bps * 1e-4 * jnp.sign(flow) * magnitude
 
 
 def value_shift(state: MarketState, params: MarketParams) -> jax.Array:
@@ -301,8 +306,7 @@ def value_shift(state: MarketState, params: MarketParams) -> jax.Array:
     memory's ``agent_flow_impact_bps * 1e-4 * sign(E_a) |E_a| ** delta``."""
     shift = flow_response(state.order_flow, params)
     if params.agent_flow_memory:
-        magnitude = jnp.abs(state.agent_flow) ** params.flow_impact_exponent
-        shift = shift + params.agent_flow_impact_bps * 1e-4 * jnp.sign(state.agent_flow) * magnitude
+        shift = shift + _power_response(state.agent_flow, params.agent_flow_impact_bps, params)
     return shift
 
 

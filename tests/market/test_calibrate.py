@@ -102,6 +102,12 @@ def test_cli_rejects_bad_arguments(capsys):
     assert capsys.readouterr().err.startswith("error: ")
 
 
+TINY_IMPACT_FIT = [
+    "--data", "sample:cn_1min", "--iterations", "0", "--days", "1", "--impact-days", "2",
+]  # fmt: skip
+"""The CLI on the cn sample at the smallest sizes: no calibration step, 2 impact days."""
+
+
 def test_the_agent_impact_fit_rejects_bad_targets(capsys):
     assert main(["--data", "sample:cn_1min", "--agent-impact-y", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: --agent-impact-y must be > 0, got 0.0"
@@ -114,11 +120,7 @@ def test_cli_fits_the_agents_own_impact_to_the_square_root_law(tmp_path, capsys)
     """Each step multiplies the coefficient by 0.7 / Y (read back from the log); the
     written book has the agents' memory and the last coefficient."""
     out = tmp_path / "market.yaml"
-    argv = [
-        "--data", "sample:cn_1min", "--iterations", "0", "--days", "1", "--fit-agent-impact",
-        "--impact-days", "2", "--out", str(out),
-    ]  # fmt: skip
-    assert main(argv) == 0
+    assert main([*TINY_IMPACT_FIT, "--fit-agent-impact", "--out", str(out)]) == 0
     steps = [
         [float(x) for x in re.findall(r"[-+]?\d+\.\d+", line)]
         for line in capsys.readouterr().out.splitlines()
@@ -137,11 +139,7 @@ def test_cli_fits_the_agents_own_impact_to_the_square_root_law(tmp_path, capsys)
 @pytest.mark.slow
 def test_cli_fits_the_propagator_to_the_books_impact_response(tmp_path, capsys):
     out = tmp_path / "propagator.yaml"
-    argv = [
-        "--data", "sample:cn_1min", "--iterations", "0", "--days", "1", "--fit-propagator",
-        "--impact-days", "2", "--propagator-out", str(out),
-    ]  # fmt: skip
-    assert main(argv) == 0
+    assert main([*TINY_IMPACT_FIT, "--fit-propagator", "--propagator-out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "fitted propagator (relaxation RMSE" in printed
     assert [line.split()[0] for line in printed.splitlines() if line[:4] in ("lob ", "prop")] == [
