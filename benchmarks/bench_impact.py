@@ -10,7 +10,9 @@ For each dataset, on its test days (reporting only: nothing here is fitted to th
   defaults and kept in ``--calibrated DIR`` for the next run). With
   ``--fit-agent-impact`` the book then gets the agents' own flow memory, its
   coefficient fitted on the dataset's training days to the square-root law's ``Y`` = 0.7
-  (:func:`serl_jax.calibrate.fit_agent_impact`), kept as ``<dataset>-market-agent.yaml``.
+  (:func:`serl_jax.calibrate.fit_agent_impact`) with the config's
+  ``market.child_order``, kept as ``<dataset>-market-agent.yaml`` (``-sliced`` added
+  for sliced child orders).
 
 Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
 propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the
@@ -22,10 +24,13 @@ Usage (from the repository root)::
     python benchmarks/bench_impact.py --suite paper --json  # the three large sets
     python benchmarks/bench_impact.py --data PATH [--markets propagator] [section.key=value]
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact
+    python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
+        market.child_order=sliced        # child orders worked over the minute's rounds
 
 ``--json`` prints one object per market and dataset with ``market``, ``dataset``,
 ``delta``, ``Y``, ``post_fraction_1x``, ``post_fraction_2x``, ``twap_cost_over_sqrt_law``,
-``reslice_change``, ``round_trip_bps`` and the measured points behind them.
+``reslice_change`` (and ``reslice_change_se``, its standard error over days),
+``round_trip_bps`` and the measured points behind them.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from serl_jax.envs.market_data import MarketData
 from serl_jax.envs.multi_agent import MultiAgentExecutionEnv
 from serl_jax.envs.propagator import PropagatorExecutionEnv, PropagatorMultiAgentEnv
 from serl_jax.experiment import calibrated_market, dynamic_env_params, load_splits
-from serl_jax.impact import measure_impact
+from serl_jax.impact import measure_impact, se_text
 from serl_jax.market.params import load_market_params
 
 MARKETS = ("propagator", "lob")
@@ -79,17 +84,21 @@ def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: P
     market = calibrated_market(lob_cfg, path)
     if splits is None:
         return market
-    out = calibrated_dir / f"{dataset}-market-agent.yaml"
+    child_order = cfg.market.child_order
+    suffix = "" if child_order == "market" else f"-{child_order}"
+    out = calibrated_dir / f"{dataset}-market-agent{suffix}.yaml"
     if not out.is_file():
         print(f"[{dataset}] fitting the agents' own impact on the training days",
               file=sys.stderr, flush=True)  # fmt: skip
         market, _ = fit_agent_impact(
-            splits, market, days=32, log=lambda line: print(line, file=sys.stderr)
-        )
+            splits, market, days=32, log=lambda line: print(line, file=sys.stderr),
+            child_order=child_order,
+        )  # fmt: skip
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(
             f"# {dataset}: the calibrated book with agent_flow_impact_bps fitted on 32 training "
-            f"days to Y {AGENT_IMPACT_Y} (serl_jax.calibrate.fit_agent_impact)\n"
+            f"days to Y {AGENT_IMPACT_Y} with {child_order} child orders "
+            "(serl_jax.calibrate.fit_agent_impact)\n"
             + yaml.safe_dump({"market": market.to_mapping()}, sort_keys=False)
         )
     return load_market_params(out)
@@ -134,7 +143,8 @@ def main() -> None:
     header = (
         f"{'dataset':<14} {'market':<10} {'days':>4} {'delta':>6} {'(se)':>7} {'Y':>6} "
         f"{'post 1x':>8} "
-        f"{'post 2x':>8} {'TWAP/sqrt':>9} {'reslice':>8} {'round trip bps':>14} {'s':>5}"
+        f"{'post 2x':>8} {'TWAP/sqrt':>9} {'reslice':>8} {'(se)':>7} {'round trip bps':>14} "
+        f"{'s':>5}"
     )
     if not args.json:
         print(header + "\n" + "-" * len(header))
@@ -164,16 +174,13 @@ def main() -> None:
                 continue
             print(
                 f"{name:<14} {market:<10} {report.days:>4} {report.delta:>6.3f} "
-                f"{_se(report.delta_se):>7} {report.y:>6.3f} {report.post_fraction_1x:>8.3f} "
+                f"{se_text(report.delta_se):>7} {report.y:>6.3f} {report.post_fraction_1x:>8.3f} "
                 f"{report.post_fraction_2x:>8.3f} {report.twap_cost_over_sqrt_law:>9.3f} "
-                f"{report.reslice_change:>+8.3f} {report.round_trip_bps:>+14.2f} "
+                f"{report.reslice_change:>+8.3f} {se_text(report.reslice_change_se):>7} "
+                f"{report.round_trip_bps:>+14.2f} "
                 f"{seconds:>5.0f}",
                 flush=True,
             )
-
-
-def _se(value: float | None) -> str:
-    return "n/a" if value is None else f"({value:.3f})"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Usage::
     python -m serl_jax.calibrate --data sample:cn_1min --out configs/market/cn_1min.yaml
     python -m serl_jax.calibrate --data PATH [--lobster MESSAGE ORDERBOOK]
         [--tick-size 0.01] [--iterations 6] [--days 8] [--start FILE] [--seed 0]
-        [--fit-agent-impact [--agent-impact-y 0.7]]
+        [--fit-agent-impact [--agent-impact-y 0.7] [--child-order market]]
         [--fit-propagator [--propagator-out FILE] [--impact-days 16]]
 
 Targets (training days only, :mod:`serl_jax.market.statistics`): quoted spread (Roll's
@@ -49,8 +49,10 @@ as YAML (with the comparison as comments) for :func:`load_market_params`.
 ``--fit-agent-impact`` then gives the book the agents' own flow memory
 (``agent_flow_memory: 1``) and scales its coefficient until metaorders on
 ``--impact-days`` training days follow the square-root law with ``Y`` =
-``--agent-impact-y`` (:func:`fit_agent_impact`); the background populations stay as
-fitted. The written parameters hold the result.
+``--agent-impact-y`` (:func:`fit_agent_impact`), with the agents' child orders of
+``--child-order`` (``market``, or ``sliced`` over the minute's rounds: use the run's
+``market.child_order``); the background populations stay as fitted. The written
+parameters hold the result.
 
 ``--fit-propagator`` then measures the calibrated book's impact response on the training
 days (:func:`serl_jax.impact.measure_impact`: metaorders of 0.1-20% of a 60-minute
@@ -86,7 +88,7 @@ from serl_jax.envs.propagator import (
     PropagatorMultiAgentEnv,
 )
 from serl_jax.evaluation import rollout
-from serl_jax.impact import ImpactReport, fit_propagator, measure_impact
+from serl_jax.impact import ImpactReport, fit_propagator, measure_impact, se_text
 from serl_jax.lob.queries import spread, top_levels
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.market.propagator import PropagatorConfig
@@ -368,6 +370,7 @@ def fit_agent_impact(
     target_y: float = AGENT_IMPACT_Y,
     iterations: int = 2,
     log=print,
+    child_order: str = "market",
 ) -> tuple[MarketParams, ImpactReport]:
     """The book with the agents' own flow memory (``agent_flow_memory`` 1), its
     ``agent_flow_impact_bps`` scaled until metaorders on the training days follow the
@@ -385,13 +388,18 @@ def fit_agent_impact(
         days: training days measured per iteration.
         target_y: the ``Y`` to reach (> 0).
         iterations: scaling steps (>= 1); one more measurement reports the result.
+        log: where progress lines go.
+        child_order: the metaorders' child orders, ``"market"`` or ``"sliced"``
+            (:class:`~serl_jax.envs.dynamic.DynamicEnvParams`): the run that uses the
+            book should use the same, since a sliced order pays more of its own response.
 
     Returns:
         ``(market, report)``: the fitted parameters and their report on the same days.
 
     Raises:
         ValueError: ``target_y`` or ``iterations`` out of range, or a measured ``Y`` that
-            is not positive (no response to scale).
+            is not positive or cannot be fitted (no response to scale: start from a
+            larger ``agent_flow_impact_bps``).
     """
     if not target_y > 0 or iterations < 1:
         raise ValueError(f"fit_agent_impact: need target_y > 0 and iterations >= 1, got "
@@ -400,11 +408,18 @@ def fit_agent_impact(
     market = market.replace(agent_flow_memory=1)
 
     def measure(market: MarketParams) -> ImpactReport:
-        book = DynamicEnvParams.from_static(static, splits.stats, market)
-        return measure_impact(
-            DynamicExecutionEnv(), MultiAgentExecutionEnv, book,
-            market="lob", dataset=splits.name, days=days,
-        )  # fmt: skip
+        book = DynamicEnvParams.from_static(static, splits.stats, market, child_order)
+        try:
+            return measure_impact(
+                DynamicExecutionEnv(), MultiAgentExecutionEnv, book,
+                market="lob", dataset=splits.name, days=days,
+            )  # fmt: skip
+        except ValueError as err:  # no measurable impact to scale from
+            raise ValueError(
+                f"fit_agent_impact: {err} at agent_flow_impact_bps "
+                f"{market.agent_flow_impact_bps}; start from a larger one (the starting "
+                "book's agent_flow_impact_bps, calibrate --start FILE)"
+            ) from err
 
     for i in range(iterations):
         report = measure(market)
@@ -424,13 +439,14 @@ def impact_comparison(*reports: ImpactReport) -> str:
     """The reports' figures side by side, one row per market."""
     lines = [
         f"{'market':<12} {'delta':>6} {'Y':>6} {'left 1x':>8} {'left 2x':>8} "
-        f"{'TWAP/sqrt':>9} {'reslice':>8} {'round trip bps':>14}"
+        f"{'TWAP/sqrt':>9} {'reslice':>8} {'(se)':>7} {'round trip bps':>14}"
     ]
     for r in reports:
         lines.append(
             f"{r.market:<12} {r.delta:>6.3f} {r.y:>6.3f} {r.post_fraction_1x:>8.3f} "
             f"{r.post_fraction_2x:>8.3f} {r.twap_cost_over_sqrt_law:>9.3f} "
-            f"{r.reslice_change:>+8.3f} {r.round_trip_bps:>+14.2f}"
+            f"{r.reslice_change:>+8.3f} {se_text(r.reslice_change_se):>7} "
+            f"{r.round_trip_bps:>+14.2f}"
         )
     return "\n".join(lines)
 
@@ -497,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--agent-impact-y", type=float, default=AGENT_IMPACT_Y, help="Y to fit (> 0)"
     )
+    parser.add_argument(
+        "--child-order",
+        choices=("market", "sliced"),
+        default="market",
+        help="the agents' child orders in the agent-impact fit (market.child_order)",
+    )
     parser.add_argument("--propagator-out", help="write the fitted propagator here (YAML)")
     parser.add_argument(
         "--impact-days", type=int, default=16, help="training days of the impact response"
@@ -528,7 +550,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m serl_jax.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.fit_agent_impact:
         try:
-            market, _ = fit_agent_impact(splits, market, args.impact_days, args.agent_impact_y)
+            market, _ = fit_agent_impact(
+                splits, market, args.impact_days, args.agent_impact_y,
+                child_order=args.child_order,
+            )  # fmt: skip
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -612,7 +612,8 @@ class MarketConfig:
         params: the ``lob`` market's calibrated background-population parameters (YAML
             from ``python -m serl_jax.calibrate``), or ``auto``: the shipped
             ``configs/market/<sample>.yaml`` of a ``sample:<name>`` market.
-        child_order: ``market`` or ``passive`` child orders in the ``lob`` market.
+        child_order: ``market``, ``passive`` or ``sliced`` (market orders split evenly
+            over the minute's trading rounds) child orders in the ``lob`` market.
         dynamic_envs: parallel dynamic-market episodes per PPO rollout.
         alpha_init: initial weight of the static loss (beta = 1 - alpha).
         min_weight: alpha and beta are clipped to ``[min_weight, 1 - min_weight]``.
@@ -629,9 +630,9 @@ class MarketConfig:
                 f"market.simulator: expected one of {list(MARKET_SIMULATORS)}, "
                 f"got {self.simulator!r}"
             )
-        if self.child_order not in ("market", "passive"):
+        if self.child_order not in ("market", "passive", "sliced"):
             raise ValueError(
-                f"market.child_order: expected market or passive, got {self.child_order!r}"
+                f"market.child_order: expected market, passive or sliced, got {self.child_order!r}"
             )
 
     mode: str = "hybrid"

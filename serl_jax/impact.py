@@ -12,7 +12,8 @@ same scripted orders on the same days, against the empirical laws of market impa
   fitted to ``Y * sigma_day * (Q/V)^delta`` over the sizes (weighted least squares of the
   logs of the means over days, each weighted by its inverse variance, so a size whose
   mean impact is within the noise between days, such as a sub-tick move in the order
-  book, counts little; ``Q/V`` with the day's realized window volume).
+  book, counts little; ``Q/V`` with the shares executed by the order's end and the day's
+  realized window volume).
 - **Relaxation** (Bacry et al. 2015; Zarinelli et al. 2015: to about 2/3 of the peak):
   the impact one and two order durations after the order ends, over its peak, at the
   reference size (:data:`REFERENCE_SIZE`).
@@ -28,6 +29,11 @@ same scripted orders on the same days, against the empirical laws of market impa
   average price minus the buy's, each against the undisturbed market's prices at its
   fills, in bps of the arrival price. A market in which it is positive can be
   manipulated.
+
+Every scripted order follows its cumulative schedule: at each of its slots it sends what
+brings its executed shares to the schedule's running total, so the shares a child order
+could not fill (an order book thinner than the child order) go with the next one, and
+two schedules are compared on the same shares (the report gives the fraction executed).
 
 "The undisturbed market" is the same environment and days with ``Q = 0`` and the same
 PRNG keys, so in the order book the background populations draw the same numbers and the
@@ -76,6 +82,11 @@ class ImpactReport:
             ``mean sigma_day sqrt(Q/V_day)``.
         reslice_change: relative change of the reference metaorder's cost with child
             orders every :data:`RESLICE_MINUTES` minutes.
+        reslice_change_se: its standard error over days (:func:`relative_change`;
+            None with one day).
+        executed_fraction, reslice_executed_fraction: the reference metaorder's shares
+            executed by its end over ``Q`` (mean over days), with 1-minute and with
+            re-sliced child orders (below 1 where the book could not fill them).
         round_trip_bps: a buy-then-sell round trip's profit, bps (never above 0 in a
             market without price manipulation).
         participation: ``[len(sizes)]`` mean realized ``Q/V`` per size.
@@ -96,6 +107,9 @@ class ImpactReport:
     post_fraction_2x: float
     twap_cost_over_sqrt_law: float
     reslice_change: float
+    reslice_change_se: float | None
+    executed_fraction: float
+    reslice_executed_fraction: float
     round_trip_bps: float
     participation: tuple[float, ...]
     peak_sigma: tuple[float, ...]
@@ -158,7 +172,11 @@ def scripted_orders(
     schedule: jax.Array,
     key: jax.Array,
 ) -> dict[str, jax.Array]:
-    """Runs one scripted order per episode: ``schedule[t] * Q`` shares at step ``t``.
+    """Runs one scripted order per episode: at each step ``t`` with ``schedule[t] > 0``
+    a child order of ``Q * sum(schedule[:t + 1])`` minus the shares executed so far (so
+    what an earlier child order could not fill goes with the next one); nothing at the
+    other steps, except the window's last, which trades what is left with
+    ``force_liquidation``.
 
     Args:
         env: the market's single-agent environment.
@@ -168,7 +186,7 @@ def scripted_orders(
         length: the window's minutes (the last step trades what is left, if anything).
         quantity: ``float32[E]`` the parent order's multiplier on ``order_fraction *
             E[window volume]`` (0: no order, the undisturbed market).
-        schedule: ``float32[length]`` fractions of Q per step.
+        schedule: ``float32[length]`` fractions of Q per step (>= 0).
         key: PRNG key; step ``t`` of episode ``e`` uses ``fold_in(fold_in(key, e), t)``
             whatever the order, so runs that differ only in Q are paired.
 
@@ -188,12 +206,15 @@ def scripted_orders(
 def _scripted_orders(env, params, episodes, start, length, quantity, schedule, key):
     """:func:`scripted_orders`' compiled part: one program per environment and length."""
 
+    total = jnp.cumsum(schedule)
+
     def one(episode, multiplier):
         state = env.init_state(params, episode, jnp.int32(start), jnp.int32(length), multiplier)
         episode_key = jax.random.fold_in(key, episode)
 
         def minute(state, t):
-            target = schedule[t] * state.quantity
+            executed = state.quantity - state.inventory
+            target = jnp.where(schedule[t] > 0, total[t] * state.quantity - executed, 0.0)
             action = jnp.clip(jnp.where(state.inventory > 0, target / state.inventory, 0.0), 0, 1)
             _, state, _, _, info = env.step_env(
                 jax.random.fold_in(episode_key, t), state, action, params
@@ -204,6 +225,33 @@ def _scripted_orders(env, params, episodes, start, length, quantity, schedule, k
         return state.quantity, market_price, qty, price
 
     return jax.vmap(one)(episodes, quantity)
+
+
+def relative_change(new, old) -> tuple[float, float | None]:
+    """The relative change of a mean cost, ``mean(new) / mean(old) - 1``, and its
+    standard error over days.
+
+    The error is the delta method's for a ratio of paired means: ``sd(new_i - (1 + c)
+    old_i) / (sqrt(n) mean(old))`` with ``c`` the change (e.g. Cochran 1977, ch. 6, the
+    ratio estimator's variance).
+
+    Args:
+        new, old: ``float[n]`` per-day costs of the two schedules on the same days.
+
+    Returns:
+        ``(change, se)``, ``se`` None when ``n`` < 2.
+    """
+    new, old = np.asarray(new, np.float64), np.asarray(old, np.float64)
+    ratio = new.mean() / old.mean()
+    if new.size < 2:
+        return float(ratio - 1.0), None
+    residual = new - ratio * old
+    return float(ratio - 1.0), float(residual.std(ddof=1) / np.sqrt(new.size) / abs(old.mean()))
+
+
+def se_text(value: float | None) -> str:
+    """A standard error as a table shows it: ``"(0.012)"``, or ``"n/a"`` for None."""
+    return "n/a" if value is None else f"({value:.3f})"
 
 
 def _cost_sigma(run, undisturbed, sigma, side):
@@ -287,7 +335,8 @@ def measure_impact(
     participation, peaks, peak_errors = [], [], []
     for size in sizes:
         orders = run(size, twap)
-        participation.append(float(np.mean(orders["quantity"] / realized)))
+        executed = orders["exec_qty"][:, :duration].sum(1)
+        participation.append(float(np.mean(executed / realized)))
         per_day = impact_path(orders)[:, duration]
         peaks.append(float(np.mean(per_day)))
         spread = np.std(per_day, ddof=1) if per_day.size > 1 else 0.0
@@ -297,9 +346,11 @@ def measure_impact(
     reference = run(REFERENCE_SIZE, twap)
     path = impact_path(reference).mean(0)
     peak = path[duration]
-    window_cost = float(np.mean(_cost_sigma(reference, undisturbed, sigma, 1.0)))
     resliced = run(REFERENCE_SIZE, every_fifth)
-    resliced_cost = float(np.mean(_cost_sigma(resliced, undisturbed, sigma, 1.0)))
+    reslice_change, reslice_change_se = relative_change(
+        _cost_sigma(resliced, undisturbed, sigma, 1.0),
+        _cost_sigma(reference, undisturbed, sigma, 1.0),
+    )
 
     n_slots = data.num_slots  # the whole-day TWAP order of the reference size
     day = jnp.full(n_slots, 1.0 / n_slots, jnp.float32)
@@ -313,7 +364,11 @@ def measure_impact(
     day_orders, day_undisturbed = whole_day(day_size), whole_day(0.0 * day_size)
     day_volume = np.asarray(data.cum_volume[episodes, n_slots] - data.cum_volume[episodes, 0])
     twap_cost = np.mean(_cost_sigma(day_orders, day_undisturbed, sigma, 1.0))
-    sqrt_law = np.mean(np.sqrt(day_orders["quantity"] / day_volume))
+    sqrt_law = np.mean(np.sqrt(day_orders["exec_qty"].sum(1) / day_volume))
+
+    def executed_fraction(orders, minutes):
+        return float(np.mean(orders["exec_qty"][:, :minutes].sum(1) / orders["quantity"]))
+
     return ImpactReport(
         market=market,
         dataset=dataset,
@@ -325,7 +380,10 @@ def measure_impact(
         post_fraction_1x=float(path[2 * duration] / peak),
         post_fraction_2x=float(path[3 * duration] / peak),
         twap_cost_over_sqrt_law=float(twap_cost / sqrt_law),
-        reslice_change=resliced_cost / window_cost - 1.0,
+        reslice_change=reslice_change,
+        reslice_change_se=reslice_change_se,
+        executed_fraction=executed_fraction(reference, duration),
+        reslice_executed_fraction=executed_fraction(resliced, duration),
         round_trip_bps=round_trip_profit_bps(
             multi_agent_env_class, params, episodes, start, duration, key
         ),

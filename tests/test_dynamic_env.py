@@ -474,6 +474,32 @@ def test_participation_child_orders_in_the_dynamic_market(setup):
     assert float(forced.inventory) == float(fixed.inventory)
 
 
+def test_sliced_child_orders_in_the_dynamic_market(setup):
+    """The same child order as a market order, sent over the minute's rounds: whole
+    shares, a = 0 sends nothing, an order larger than the bids' depth fills more than
+    the market order (which takes what the bids hold) because the book refills between
+    rounds, and the forced last minute sends the whole inventory over the rounds."""
+    sliced = setup["dynamic"].replace(child_order="sliced")
+    step = jax.jit(ENV.step_env)
+    state = ENV.init_state(sliced, 0, 0, sliced.data.num_slots)
+    _, idle, *_ = step(KEY, state, jnp.float32(0.0), sliced)
+    assert float(idle.inventory) == float(state.inventory)
+    _, after, _, _, info = step(KEY, state, jnp.float32(0.01), sliced)
+    sent = np.floor(0.01 * float(state.inventory))
+    assert float(info["exec_qty"]) == sent == float(state.inventory) - float(after.inventory)
+    depth = float(state.market.book.bids.qty.sum())
+    assert np.floor(0.05 * float(state.inventory)) > depth  # the market order runs out
+    _, _, _, _, at_once = step(KEY, state, jnp.float32(0.05), setup["dynamic"])
+    _, _, _, _, worked = step(KEY, state, jnp.float32(0.05), sliced)
+    assert float(at_once["exec_qty"]) == depth < float(worked["exec_qty"])
+    last = ENV.init_state(sliced, 0, 0, 3).replace(time=jnp.int32(2))
+    _, forced, *_ = step(KEY, last, jnp.float32(0.0), sliced)
+    _, forced_at_once, *_ = step(KEY, last, jnp.float32(0.0), setup["dynamic"])
+    # 568 shares against 196 on the bids: at once 196 fill, over the rounds 553
+    assert float(last.inventory) > depth == float(last.inventory - forced_at_once.inventory)
+    assert float(forced.inventory) < float(forced_at_once.inventory)
+
+
 # --------------------------------------------------------------------------- engines
 
 

@@ -30,6 +30,9 @@ from serl_jax.impact import (
     fit_propagator,
     fit_square_root_law,
     measure_impact,
+    relative_change,
+    scripted_orders,
+    se_text,
 )
 from serl_jax.market.propagator import PropagatorConfig, schedule_impacts
 from serl_jax.rl.policy import make_ppo_policy
@@ -63,6 +66,17 @@ def test_square_root_fit_weighs_each_size_by_its_precision():
     assert se == pytest.approx(np.sqrt(2) * s / np.log(10), rel=1e-3)
     # a zero error (a deterministic market) falls back to equal weights
     assert fit_square_root_law(x, y, [0.0, 1.0, 1.0])[0] == pytest.approx(ols)
+
+
+def test_relative_change_and_its_standard_error_by_hand():
+    old, new = np.array([1.0, 2.0, 3.0]), np.array([1.5, 2.0, 4.0])
+    change, se = relative_change(new, old)
+    assert change == pytest.approx(7.5 / 6.0 - 1.0)  # mean 2.5 over mean 2
+    # residuals new - 1.25 old = 0.25, -0.5, 0.25: sd sqrt(0.1875 / 2 x 3) = 0.4330
+    assert se == pytest.approx(0.4330127 / np.sqrt(3) / 2.0, rel=1e-6)
+    assert relative_change(2 * old, old) == pytest.approx((1.0, 0.0))  # no noise in a ratio
+    assert relative_change([3.0], [2.0]) == (pytest.approx(0.5), None)
+    assert (se_text(0.0123), se_text(None)) == ("(0.012)", "n/a")
 
 
 FLAT = PropagatorConfig(permanent=0.0, temporary=0.0, liquidity="constant")
@@ -105,6 +119,9 @@ def test_propagator_report_is_the_closed_form_on_a_flat_market(flat_report):
     burst[:60:5] = 5 * REFERENCE_SIZE
     change = np.sum(burst * impacts(burst)[0]) / np.sum(order * impacts(order)[0]) - 1
     assert report.reslice_change == pytest.approx(change, abs=1e-4)
+    assert report.reslice_change_se == pytest.approx(0.0, abs=1e-6)  # the same every day
+    assert report.executed_fraction == pytest.approx(1.0)
+    assert report.reslice_executed_fraction == pytest.approx(1.0)
     assert abs(report.reslice_change) < 0.01  # continuous-time consistent
     assert report.round_trip_bps < 0.0  # the buy's impact decays before the sell
     assert report.relaxation[0] == 0.0 and report.relaxation[60] == pytest.approx(1.0)
@@ -118,6 +135,36 @@ def test_fitting_a_propagator_to_its_own_report_recovers_it(flat_report):
     assert fitted.y == pytest.approx(0.7, rel=1e-4) and fitted.reference_minutes == 60.0
     with pytest.raises(ValueError, match="delta 1.300"):
         fit_propagator(dataclasses.replace(flat_report, delta=1.3), PropagatorConfig())
+
+
+def test_a_scripted_order_sends_what_its_child_orders_could_not_fill_with_the_next_one():
+    """In the cn sample's book (196 shares on the bids at its first minute) a burst of
+    2,000 shares fills in part; the schedule's next slot (minute 2) sends the rest plus
+    its own share, the minute between sends nothing."""
+    cfg = load_config(None, ["market.simulator=lob"])
+    splits = load_splits(cfg, "sample:cn_1min")
+    static = cfg.env_params(MarketData.from_episodes(splits.test))
+    params = dynamic_env_params(cfg, calibrated_market(cfg, "sample:cn_1min"), static, splits.stats)
+    params = params.replace(
+        side=1.0, quantity_low=1.0, quantity_high=1.0, random_window=False,
+        force_liquidation=False, participation_cap=1e9,
+    )  # fmt: skip
+    episodes = jnp.arange(2, dtype=jnp.int32)
+    data = params.data  # Q = order_fraction x the window's expected volume x the size
+    window = data.expected_day_volume[episodes] * data.cum_profile[episodes, 3]
+    size = 2000.0 / (params.order_fraction * window)
+    schedule = jnp.asarray([0.8, 0.0, 0.2], jnp.float32)
+    key = jax.random.PRNGKey(0)
+    out = jax.device_get(
+        scripted_orders(DynamicExecutionEnv(), params, episodes, 0, 3, size, schedule, key)
+    )
+    q, filled = out["quantity"], out["exec_qty"]
+    np.testing.assert_allclose(q, 2000.0, rtol=1e-4)
+    assert (0 < filled[:, 0]).all() and (filled[:, 0] < 0.8 * q).all()  # the book ran out
+    assert (filled[:, 1] == 0).all()
+    # minute 2's child order: all of Q less minute 0's fills (what it filled of them)
+    assert (filled[:, 2] > np.floor(0.2 * q)).all()
+    assert (filled[:, 2] <= q - filled[:, 0]).all()
 
 
 @pytest.mark.slow
@@ -134,6 +181,7 @@ def test_order_book_report_runs_and_impact_grows_with_size():
     assert report.peak_sigma[1] > report.peak_sigma[0] > 0.0
     assert all(se > 0.0 for se in report.peak_sigma_se) and report.delta_se > 0.0
     assert report.round_trip_bps < 0.0  # two spreads at least
+    assert 0.0 < report.reslice_executed_fraction <= report.executed_fraction <= 1.0
     values = [report.delta, report.y, report.post_fraction_1x, report.twap_cost_over_sqrt_law]
     assert np.isfinite(values).all()
 

@@ -66,7 +66,7 @@ SINGLE_INFO += ["executed", "notional", "order_pa", "final_observation"]
 
 @pytest.mark.parametrize(
     "child_order, child_quantity",
-    [("market", "fixed"), ("passive", "fixed"), ("market", "participation")],
+    [("market", "fixed"), ("passive", "fixed"), ("market", "participation"), ("sliced", "fixed")],
 )
 def test_one_agent_is_the_dynamic_env(base, child_order, child_quantity):
     """Same key, same numbers: 160 steps over random windows of 20+ minutes (so several

@@ -16,7 +16,11 @@ Per step (minute ``s = start + t``):
    limit order at the best quote of its own side (``"passive"``; it keeps price-time
    queue priority until the next step cancels what is left). There is no participation
    cap: the book's depth is the liquidity constraint, and what a market order cannot
-   fill stays in the inventory. A participation child order
+   fill stays in the inventory. A ``"sliced"`` child order is the market order split
+   evenly over the minute's trading rounds (a TWAP within the minute,
+   :func:`~serl_jax.market.simulator.sliced_quantity`), so that its later parts meet the
+   informed traders' response to its earlier ones, as a large order worked in a real
+   book does. A participation child order
    (``EnvParams.child_quantity="participation"``, market child orders) is worked over the
    minute instead (:class:`~serl_jax.market.simulator.ParticipationOrder`): at the start
    of every round a market order keeps its fills at the rate ``a_t * I_t / V̂_s`` of the
@@ -76,7 +80,7 @@ from serl_jax.market.simulator import (
     run_minute,
 )
 
-CHILD_ORDERS = ("market", "passive")
+CHILD_ORDERS = ("market", "passive", "sliced")
 _RETURN, _VOLATILITY, _VOLUME, _TIME, _RANGE = range(len(FEATURE_NAMES))
 
 
@@ -93,7 +97,8 @@ class DynamicEnvParams(EnvParams):
         feature_mean, feature_std: ``float32[F]`` the training-day feature normalization
             (:class:`~serl_jax.data.TrainStats`).
         vol_window: rolling-volatility window of the features, minutes (static).
-        child_order: ``"market"`` or ``"passive"`` (static), see the module docstring.
+        child_order: ``"market"``, ``"passive"`` or ``"sliced"`` (static), see the module
+            docstring.
         lob_engine: ``"vmap"`` or ``"batched"`` (static): the order-book engine the
             market runs on (:mod:`serl_jax.lob.engine`; same fills, speed per backend).
     """
@@ -120,7 +125,7 @@ class DynamicEnvParams(EnvParams):
             params: static environment parameters (the episodes and the task).
             stats: the training statistics the episodes' features were normalized with.
             market: background-population parameters.
-            child_order: ``"market"`` or ``"passive"``.
+            child_order: ``"market"``, ``"passive"`` or ``"sliced"``.
             lob_engine: ``"vmap"`` or ``"batched"`` (resolve a configured ``"auto"`` with
                 :func:`serl_jax.lob.engine.resolve_engine`).
 
@@ -282,10 +287,7 @@ class DynamicExecutionEnv(ExecutionEnv):
         fraction = jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)
         forced = jnp.logical_and(params.force_liquidation, state.time + 1 >= state.window_len)
         qty = jnp.where(forced, state.inventory, jnp.floor(fraction * state.inventory))
-        participation = None
-        if params.child_quantity == "participation" and params.child_order == "market":
-            participation, works = self.participation_order(state, params, slot, fraction, forced)
-            qty = jnp.where(works, 0.0, qty)  # the rounds send it
+        participation, qty = self.worked_order(state, params, slot, fraction, qty, forced)
         agent_messages = self.child_messages(state, qty.astype(jnp.int32), forced, params)
         new_market, minute, market_price = self.market_minute(
             state.market, state.episode, slot, agent_messages, participation, key, params
@@ -357,6 +359,29 @@ class DynamicExecutionEnv(ExecutionEnv):
         value = side * minute.cash_change[owner] * tick
         return filled, value, jnp.where(filled > 0, safe_divide(value, filled), market_price)
 
+    def worked_order(
+        self, state: DynamicEnvState, params, slot, fraction, qty, forced, agent=0
+    ) -> tuple[ParticipationOrder | None, jax.Array]:
+        """The part of the minute's child order that the rounds work, and the shares sent
+        at once (``float32``): a POV order (:meth:`participation_order`; market
+        participation child orders), a sliced one (``child_order="sliced"``: the child
+        order's ``qty`` shares split evenly over the rounds, nothing at once), or None
+        and ``qty`` (everything at once)."""
+        if params.child_quantity == "participation" and params.child_order != "passive":
+            order, works = self.participation_order(state, params, slot, fraction, forced, agent)
+            return order, jnp.where(works, 0.0, qty)  # the rounds send it
+        if params.child_order == "sliced":
+            order = ParticipationOrder(
+                side=jnp.where(params.side > 0, SELL, BUY).astype(jnp.int32),
+                rate=jnp.float32(0.0),
+                limit=jnp.asarray(qty, jnp.int32),
+                owner=jnp.asarray(FIRST_AGENT_OWNER + agent, jnp.int32),
+                order_id=jnp.asarray(AGENT_ORDER_ID + agent, jnp.int32),
+                sliced=jnp.bool_(True),
+            )
+            return order, jnp.zeros_like(qty)
+        return None, qty
+
     def participation_order(
         self, state: DynamicEnvState, params, slot, fraction, forced, agent=0
     ) -> tuple[ParticipationOrder, jax.Array]:
@@ -374,6 +399,7 @@ class DynamicExecutionEnv(ExecutionEnv):
             limit=jnp.where(works, jnp.floor(state.inventory), 0.0).astype(jnp.int32),
             owner=jnp.asarray(FIRST_AGENT_OWNER + agent, jnp.int32),
             order_id=jnp.asarray(AGENT_ORDER_ID + agent, jnp.int32),
+            sliced=jnp.bool_(False),
         )
         return order, works
 

@@ -397,7 +397,6 @@ class MultiAgentExecutionEnv(AgentAxisEnv):
         agent_index = jnp.arange(self.num_agents, dtype=jnp.int32)
         actions = jnp.asarray(actions, jnp.float32).reshape(self.num_agents)
         active = self.active(state)
-        pov = params.child_quantity == "participation" and params.child_order == "market"
 
         def child_order(i, agent, profile, action, is_active):
             view, agent_params = self.agent_view(agent, profile, state, params)
@@ -407,13 +406,11 @@ class MultiAgentExecutionEnv(AgentAxisEnv):
             )
             qty = jnp.where(forced, agent.inventory, jnp.floor(fraction * agent.inventory))
             qty = jnp.where(is_active, qty, 0.0)
-            order = None
-            if pov:
-                order, works = self.single.participation_order(
-                    view, agent_params, slot, fraction, forced, agent=i
-                )
+            order, qty = self.single.worked_order(
+                view, agent_params, slot, fraction, qty, forced, agent=i
+            )
+            if order is not None:
                 order = order.replace(limit=jnp.where(is_active, order.limit, 0))
-                qty = jnp.where(works, 0.0, qty)  # the rounds send it
             messages = self.single.child_messages(
                 view, qty.astype(jnp.int32), forced, agent_params, agent=i
             )

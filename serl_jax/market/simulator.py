@@ -104,22 +104,29 @@ class MarketState:
 
 @struct.dataclass
 class ParticipationOrder:
-    """Agents' percentage-of-volume (POV) child orders, worked over one minute.
+    """Agents' child orders worked over one minute: percentage-of-volume (POV) or
+    sliced evenly over the rounds.
 
-    At the start of each trading round each sends a market order for
-    :func:`participation_quantity` shares: what keeps its executed shares at ``rate``
-    times the volume the other traders (everyone but itself, other agents included)
-    have traded in the minute so far (a POV algorithm reacting to the prints, one round
-    behind), never more than ``limit`` in all. Scalar fields are one agent's order;
-    ``[N]`` fields are N agents' orders, sent in index order at the start of each round.
+    At the start of each trading round each sends a market order. A POV order
+    (``sliced`` False) sends :func:`participation_quantity` shares: what keeps its
+    executed shares at ``rate`` times the volume the other traders (everyone but itself,
+    other agents included) have traded in the minute so far (a POV algorithm reacting to
+    the prints, one round behind). A sliced order sends :func:`sliced_quantity` shares:
+    ``limit`` split evenly over the minute's rounds (a TWAP within the minute), so its
+    later parts meet the informed traders' response to its earlier ones. Neither sends
+    more than ``limit`` in all. Scalar fields are one agent's order; ``[N]`` fields are N
+    agents' orders, sent in index order at the start of each round.
 
     Attributes:
         side: ``int32`` (or ``int32[N]``) book side of the market orders (``BUY`` or
             ``SELL``).
-        rate: ``float32`` (``[N]``) shares per share of the other traders' volume.
+        rate: ``float32`` (``[N]``) shares per share of the other traders' volume (POV
+            orders; not read by sliced ones).
         limit: ``int32`` (``[N]``) the most shares traded in the minute (0: nothing sent).
         owner: ``int32`` (``[N]``) the agents' owner ids (distinct).
         order_id: ``int32`` (``[N]``) the ids of their messages.
+        sliced: ``bool`` (``[N]``) an even split of ``limit`` over the rounds instead of
+            a POV order.
     """
 
     side: jax.Array
@@ -127,6 +134,7 @@ class ParticipationOrder:
     limit: jax.Array
     owner: jax.Array
     order_id: jax.Array
+    sliced: jax.Array
 
 
 def participation_quantity(rate, volume_seen, done, limit) -> jax.Array:
@@ -134,6 +142,16 @@ def participation_quantity(rate, volume_seen, done, limit) -> jax.Array:
     done)``, ``int32`` (``volume_seen`` the other traders' shares so far, ``done`` its own
     executed shares)."""
     target = jnp.floor(rate * volume_seen).astype(jnp.int32)
+    return jnp.clip(target - done, 0, jnp.maximum(limit - done, 0)).astype(jnp.int32)
+
+
+def sliced_quantity(limit, done, round_index, rounds: int) -> jax.Array:
+    """Shares a sliced order sends at the start of round ``round_index`` (0-based) of
+    ``rounds``: ``clip(floor(limit * (round_index + 1) / rounds) - done, 0, limit -
+    done)``, ``int32`` (``done`` its own executed shares), so that a book which fills
+    every part has executed ``limit`` shares after the last round."""
+    limit = jnp.asarray(limit, jnp.int32)
+    target = (limit * (round_index + 1)) // rounds
     return jnp.clip(target - done, 0, jnp.maximum(limit - done, 0)).astype(jnp.int32)
 
 
@@ -373,8 +391,9 @@ def run_minute(
         volume_unit: ``float32`` V, shares per minute.
         key: PRNG key of this minute.
         params: market parameters.
-        participation: agents' POV child orders worked over the rounds (their market
-            orders go first in each round, in agent order), or None.
+        participation: agents' POV or sliced child orders worked over the rounds
+            (:class:`ParticipationOrder`; their market orders go first in each round, in
+            agent order), or None.
         engine: static; the order-book engine, ``"vmap"`` or ``"batched"``
             (:mod:`serl_jax.lob.engine`; the same result, the speed differs by backend).
 
@@ -399,12 +418,16 @@ def run_minute(
 
     def trading_round(carry, inputs):
         st, position_change, cash_change, volume, signed_volume, pov_done, pov_seen = carry
-        fundamental, u = inputs
+        fundamental, u, round_index = inputs
         view = round_view(st.book, st.reference)
         pov = ()
         if participation is not None:
-            qty = participation_quantity(
-                participation.rate, pov_seen, pov_done, participation.limit
+            qty = jnp.where(
+                participation.sliced,
+                sliced_quantity(
+                    participation.limit, pov_done, round_index, params.rounds_per_minute
+                ),
+                participation_quantity(participation.rate, pov_seen, pov_done, participation.limit),
             )
 
             def field(x):
@@ -479,7 +502,7 @@ def run_minute(
     (state, position_change, cash_change, volume, signed_volume, _, _), mids = jax.lax.scan(
         trading_round,
         (state, position_change, cash_change, volume, signed_volume, zero, zero),
-        (jnp.asarray(fundamental, jnp.float32), u),
+        (jnp.asarray(fundamental, jnp.float32), u, jnp.arange(params.rounds_per_minute)),
     )
     state = state.replace(signed_volume=state.signed_volume + signed_volume)
     best = top_levels(state.book, 1)

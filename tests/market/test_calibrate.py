@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from serl_jax import calibrate
 from serl_jax.calibrate import fit_agent_impact, fit_error, main, update_params
 from serl_jax.config import load_config
 from serl_jax.market.params import MarketParams, load_market_params
@@ -115,25 +116,49 @@ def test_the_agent_impact_fit_rejects_bad_targets(capsys):
         fit_agent_impact(None, MarketParams(), days=2, iterations=0)
 
 
+def test_the_agent_impact_fit_names_the_coefficient_without_a_measurable_impact(
+    cn_market, monkeypatch
+):
+    """A book whose metaorders move no price at the starting coefficient (as the US
+    book's sliced orders at 5 bps) has nothing to scale: one line naming the start."""
+
+    def no_impact(*args, **kwargs):
+        raise ValueError("impact fit: 1 size(s) with a positive mean peak, need 2")
+
+    monkeypatch.setattr(calibrate, "measure_impact", no_impact)
+    with pytest.raises(ValueError) as err:
+        fit_agent_impact(cn_market, MarketParams(), days=2, child_order="sliced")
+    message = str(err.value)
+    assert message.startswith("fit_agent_impact: impact fit: 1 size(s) with a positive mean")
+    assert "at agent_flow_impact_bps 5.0; start from a larger one" in message
+    assert "\n" not in message
+
+
 @pytest.mark.slow
 def test_cli_fits_the_agents_own_impact_to_the_square_root_law(tmp_path, capsys):
     """Each step multiplies the coefficient by 0.7 / Y (read back from the log); the
-    written book has the agents' memory and the last coefficient."""
-    out = tmp_path / "market.yaml"
-    assert main([*TINY_IMPACT_FIT, "--fit-agent-impact", "--out", str(out)]) == 0
-    steps = [
-        [float(x) for x in re.findall(r"[-+]?\d+\.\d+", line)]
-        for line in capsys.readouterr().out.splitlines()
-        if line.startswith("agent impact ")
-    ]
-    assert len(steps) == 2 and steps[0][0] == 5.0  # the default coefficient, 5 bps
-    for bps, _delta, y, scaled in steps:  # each printed to 3 decimals
-        rounding = 5e-4 / bps + 5e-4 / y + 5e-4 / scaled
-        assert scaled == pytest.approx(bps * 0.7 / y, rel=rounding)
-    assert steps[1][0] == pytest.approx(steps[0][3], abs=1e-3)
-    market = load_market_params(out)
-    assert market.agent_flow_memory == 1
-    assert market.agent_flow_impact_bps == pytest.approx(steps[1][3], abs=1e-3)
+    written book has the agents' memory and the last coefficient. Sliced child orders
+    (``--child-order sliced``) are measured as such: another Y at the same start."""
+    first_y = {}
+    for child_order in ("market", "sliced"):
+        out = tmp_path / f"{child_order}.yaml"
+        argv = [*TINY_IMPACT_FIT, "--fit-agent-impact", "--child-order", child_order]
+        assert main([*argv, "--out", str(out)]) == 0
+        steps = [
+            [float(x) for x in re.findall(r"[-+]?\d+\.\d+", line)]
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith("agent impact ")
+        ]
+        assert len(steps) == 2 and steps[0][0] == 5.0  # the default coefficient, 5 bps
+        for bps, _delta, y, scaled in steps:  # each printed to 3 decimals
+            rounding = 5e-4 / bps + 5e-4 / y + 5e-4 / scaled
+            assert scaled == pytest.approx(bps * 0.7 / y, rel=rounding)
+        assert steps[1][0] == pytest.approx(steps[0][3], abs=1e-3)
+        market = load_market_params(out)
+        assert market.agent_flow_memory == 1
+        assert market.agent_flow_impact_bps == pytest.approx(steps[1][3], abs=1e-3)
+        first_y[child_order] = steps[0][2]
+    assert first_y["sliced"] != first_y["market"]
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from serl_jax.market.simulator import (
     run_minute,
     settle,
     signed_flow,
+    sliced_quantity,
     value_shift,
 )
 
@@ -244,8 +245,22 @@ def test_participation_quantity_by_hand():
     assert int(participation_quantity(0.1, 95.0, 6, 6)) == 0  # limit reached
 
 
-def _pov_minute(rate, limit, participate=True):
-    """One noisy minute (default populations, 6 rounds) with a selling POV order."""
+def test_sliced_quantity_by_hand():
+    # 20 shares over 6 rounds: targets floor(20 (r + 1) / 6) = 3, 6, 10, 13, 16, 20
+    done, sent = 0, []
+    for r in range(6):
+        sent.append(int(sliced_quantity(20, done, r, 6)))
+        done += sent[-1]
+    assert sent == [3, 3, 4, 3, 3, 4] and done == 20
+    assert int(sliced_quantity(20, 4, 2, 6)) == 6  # behind (a part did not fill): catch up
+    assert int(sliced_quantity(20, 12, 2, 6)) == 0  # ahead: wait
+    assert int(sliced_quantity(5, 5, 5, 6)) == 0  # limit reached
+    assert int(sliced_quantity(0, 0, 5, 6)) == 0
+
+
+def _pov_minute(rate, limit, participate=True, sliced=False):
+    """One noisy minute (default populations, 6 rounds) with a selling POV (or sliced)
+    order."""
     params = MarketParams()
     state = reset_market(1000.5, 500.0, params)
     noop = _orders((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))
@@ -255,6 +270,7 @@ def _pov_minute(rate, limit, participate=True):
         limit=jnp.int32(limit),
         owner=jnp.int32(FIRST_AGENT_OWNER),
         order_id=jnp.int32(AGENT_ORDER_ID),
+        sliced=jnp.bool_(sliced),
     )
     path = jnp.full((params.rounds_per_minute,), 1000.5)
     return run_minute(
@@ -280,6 +296,18 @@ def test_a_pov_child_order_tracks_the_other_traders_volume():
     assert float(minute.cash_change[FIRST_AGENT_OWNER]) > 0  # it sold
     _, slower = _pov_minute(0.05, 10_000)
     assert 0 < -int(slower.position_change[FIRST_AGENT_OWNER]) < sold
+
+
+def test_a_sliced_child_order_sells_its_limit_over_the_rounds():
+    """Whatever the other traders' volume (rate 0: a POV order would send nothing), a
+    sliced order sells its whole limit in a deep book, and a zero limit sends nothing."""
+    _, minute = _pov_minute(0.0, 37, sliced=True)
+    assert -int(minute.position_change[FIRST_AGENT_OWNER]) == 37
+    assert float(minute.cash_change[FIRST_AGENT_OWNER]) > 0
+    _, idle = _pov_minute(0.0, 0, sliced=True)
+    assert int(idle.position_change[FIRST_AGENT_OWNER]) == 0
+    _, pov = _pov_minute(0.0, 37)
+    assert int(pov.position_change[FIRST_AGENT_OWNER]) == 0
 
 
 def test_a_pov_child_order_stops_at_its_limit():
@@ -321,6 +349,7 @@ def _pov_orders_minute(rates, limits, sides, num_agents=None, vector=True):
         limit=shape(jnp.asarray(limits, jnp.int32)),
         owner=shape(FIRST_AGENT_OWNER + jnp.arange(n, dtype=jnp.int32)),
         order_id=shape(AGENT_ORDER_ID + jnp.arange(n, dtype=jnp.int32)),
+        sliced=shape(jnp.zeros(n, bool)),
     )
     path = jnp.full((params.rounds_per_minute,), 1000.5)
     return run_minute(state, noop, path, 1.0, 500.0, jax.random.PRNGKey(3), params, order)
