@@ -26,6 +26,8 @@ Usage (from the repository root)::
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
         market.child_order=sliced        # child orders worked over the minute's rounds
+    python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
+        --agent-flow-beta 0.5            # the agents' memory: a power-law kernel
 
 ``--json`` prints one object per market and dataset with ``market``, ``dataset``,
 ``delta``, ``Y``, ``post_fraction_1x``, ``post_fraction_2x``, ``twap_cost_over_sqrt_law``,
@@ -61,9 +63,13 @@ from serl_jax.market.params import load_market_params
 MARKETS = ("propagator", "lob")
 
 
-def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path, splits=None):
+def lob_market(
+    cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path, splits=None,
+    agent_beta: float = 0.0, agent_tau0: float = 5.0,
+):  # fmt: skip
     """The order-book market's parameters for a dataset (module docstring); with
-    ``splits``, the agents' own impact fitted on their training days."""
+    ``splits``, the agents' own impact fitted on their training days (their memory's
+    kernel: ``agent_beta`` 0, one exponential; else the power law with ``agent_tau0``)."""
     lob_cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, simulator="lob"))
     if dataset in given:
         lob_cfg = dataclasses.replace(
@@ -86,6 +92,9 @@ def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: P
         return market
     child_order = cfg.market.child_order
     suffix = "" if child_order == "market" else f"-{child_order}"
+    if agent_beta > 0:
+        market = market.replace(agent_flow_beta=agent_beta, agent_flow_tau0_minutes=agent_tau0)
+        suffix += f"-beta{agent_beta:g}-tau{agent_tau0:g}"
     out = calibrated_dir / f"{dataset}-market-agent{suffix}.yaml"
     if not out.is_file():
         print(f"[{dataset}] fitting the agents' own impact on the training days",
@@ -97,7 +106,8 @@ def lob_market(cfg, dataset, path: str, given: dict[str, str], calibrated_dir: P
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(
             f"# {dataset}: the calibrated book with agent_flow_impact_bps fitted on 32 training "
-            f"days to Y {AGENT_IMPACT_Y} with {child_order} child orders "
+            f"days to Y {AGENT_IMPACT_Y} with {child_order} child orders and the agents' "
+            f"kernel beta {agent_beta:g}, tau0 {agent_tau0:g} "
             "(serl_jax.calibrate.fit_agent_impact)\n"
             + yaml.safe_dump({"market": market.to_mapping()}, sort_keys=False)
         )
@@ -124,6 +134,11 @@ def main() -> None:
         "--fit-agent-impact", action="store_true",
         help="lob: the agents' own flow memory, fitted on the training days to Y 0.7",
     )  # fmt: skip
+    parser.add_argument(
+        "--agent-flow-beta", type=float, default=0.0,
+        help="with --fit-agent-impact: the agents' memory's power-law beta (0: one exponential)",
+    )  # fmt: skip
+    parser.add_argument("--agent-flow-tau0", type=float, default=5.0, help="its tau0, minutes")
     parser.add_argument("--json", action="store_true", help="JSON lines")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parse_command_line(parser, None)  # overrides may stand among the flags
@@ -160,7 +175,10 @@ def main() -> None:
             else:
                 envs = (DynamicExecutionEnv(), MultiAgentExecutionEnv)
                 fit = splits if args.fit_agent_impact else None
-                model = lob_market(cfg, name, path, given, Path(args.calibrated), fit)
+                model = lob_market(
+                    cfg, name, path, given, Path(args.calibrated), fit,
+                    args.agent_flow_beta, args.agent_flow_tau0,
+                )  # fmt: skip
             params = dynamic_env_params(cfg, model, static, splits.stats)
             report = measure_impact(
                 envs[0], envs[1], params, market=market, dataset=name,

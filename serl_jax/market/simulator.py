@@ -50,6 +50,7 @@ from serl_jax.market.agents import (
     shares,
 )
 from serl_jax.market.params import (
+    AGENT_KERNEL_EXPONENTIALS,
     FIRST_AGENT_OWNER,
     INFORMED_TRADER,
     MARKET_MAKER,
@@ -77,9 +78,11 @@ class MarketState:
             ``exp(flow_response(order_flow))`` (:func:`flow_response`).
         signed_volume: ``int32`` net aggressive volume since reset, shares (buyer- minus
             seller-initiated; a counter, like the book's ``filled_qty``).
-        agent_flow: ``float32`` the informed traders' memory of the execution agents' own
-            net aggressive flow, in ``V`` (``params.agent_flow_memory`` 1; 0 otherwise,
-            the agents' flow then being part of ``order_flow``).
+        agent_flow: ``float32`` (``float32[K]`` with a power-law kernel,
+            ``params.agent_flow_beta`` > 0: one per exponential) the informed traders'
+            memory of the execution agents' own net aggressive flow, in ``V``
+            (``params.agent_flow_memory`` 1; 0 otherwise, the agents' flow then being
+            part of ``order_flow``).
     """
 
     book: Book
@@ -239,8 +242,22 @@ def reset_market(reference, volume_unit, params: MarketParams, num_agents: int =
         informed=NoiseBook.empty(params.informed_slots),
         order_flow=jnp.float32(0.0),
         signed_volume=jnp.int32(0),
-        agent_flow=jnp.float32(0.0),
+        agent_flow=jnp.zeros(_agent_memory_shape(params), jnp.float32),
     )
+
+
+def _agent_memory_shape(params: MarketParams) -> tuple[int, ...]:
+    """The agents' flow memory: a scalar, or one value per exponential of a power law."""
+    return (AGENT_KERNEL_EXPONENTIALS,) if params.agent_flow_beta > 0 else ()
+
+
+def agent_memory_level(agent_flow, params: MarketParams) -> jax.Array:
+    """``float32`` ``E_a``, the agents' remembered flow in ``V``: the memory itself, or
+    with a power-law kernel ``sum_k w_k E_k`` (:meth:`MarketParams.agent_kernel`)."""
+    if params.agent_flow_beta == 0:
+        return agent_flow
+    weights, _ = params.agent_kernel()
+    return jnp.dot(jnp.asarray(weights), agent_flow)
 
 
 def settle(trades: Trades, num_owners: int) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -324,7 +341,8 @@ def value_shift(state: MarketState, params: MarketParams) -> jax.Array:
     memory's ``agent_flow_impact_bps * 1e-4 * sign(E_a) |E_a| ** delta``."""
     shift = flow_response(state.order_flow, params)
     if params.agent_flow_memory:
-        shift = shift + _power_response(state.agent_flow, params.agent_flow_impact_bps, params)
+        level = agent_memory_level(state.agent_flow, params)
+        shift = shift + _power_response(level, params.agent_flow_impact_bps, params)
     return shift
 
 
@@ -334,14 +352,21 @@ def remember_flow(
     """One round of :func:`learn_from_flow` on the informed traders' memories:
     ``flow`` (shares, uninformed net aggressive flow, the agents' ``agents_flow``
     included) into ``order_flow`` with ``params.agent_flow_memory`` 0; else
-    ``flow - agents_flow`` into ``order_flow`` and ``agents_flow`` into ``agent_flow``."""
+    ``flow - agents_flow`` into ``order_flow`` and ``agents_flow`` into ``agent_flow``
+    (each exponential of a power-law kernel decayed by its own factor,
+    :meth:`~serl_jax.market.params.MarketParams.agent_kernel`)."""
     if not params.agent_flow_memory:
         return state.replace(
             order_flow=learn_from_flow(state.order_flow, flow, volume_unit, params)
         )
+    if params.agent_flow_beta > 0:  # each exponential decays at its own rate
+        _, decay = params.agent_kernel()
+        agent_flow = state.agent_flow * jnp.asarray(decay) + agents_flow / volume_unit
+    else:
+        agent_flow = learn_from_flow(state.agent_flow, agents_flow, volume_unit, params)
     return state.replace(
         order_flow=learn_from_flow(state.order_flow, flow - agents_flow, volume_unit, params),
-        agent_flow=learn_from_flow(state.agent_flow, agents_flow, volume_unit, params),
+        agent_flow=agent_flow,
     )
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from serl_jax.lob.book import BUY, LIMIT, MARKET, SELL, Message, Trades
 from serl_jax.market.params import (
+    AGENT_KERNEL_EXPONENTIALS,
     AGENT_ORDER_ID,
     FIRST_AGENT_OWNER,
     INFORMED_TRADER,
@@ -15,9 +16,11 @@ from serl_jax.market.params import (
 )
 from serl_jax.market.simulator import (
     ParticipationOrder,
+    agent_memory_level,
     flow_response,
     learn_from_flow,
     participation_quantity,
+    remember_flow,
     reset_market,
     run_minute,
     settle,
@@ -144,17 +147,53 @@ def test_value_shift_by_hand():
         assert increment == pytest.approx(-2e-4, abs=1e-9)
 
 
-def test_the_agents_own_memory_leaves_a_market_without_agent_orders_unchanged():
-    """A noisy market with no agent orders: one memory or two give the same days."""
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_the_agents_own_memory_leaves_a_market_without_agent_orders_unchanged(beta):
+    """A noisy market with no agent orders: one memory or two (the agents' with one
+    exponential or a power-law kernel) give the same days."""
     base = MarketParams(mm_levels=4, noise_orders=12, rounds_per_minute=3)
     pooled, pooled_days = _noisy_days(base, 2, 20, jax.random.PRNGKey(5))
     separate, separate_days = _noisy_days(
-        base.replace(agent_flow_memory=1), 2, 20, jax.random.PRNGKey(5)
+        base.replace(agent_flow_memory=1, agent_flow_beta=beta), 2, 20, jax.random.PRNGKey(5)
     )
     np.testing.assert_array_equal(pooled_days.mid, separate_days.mid)
     np.testing.assert_array_equal(pooled.order_flow, separate.order_flow)
     assert np.abs(pooled.order_flow).max() > 0  # the background's flow was remembered
     np.testing.assert_array_equal(separate.agent_flow, 0.0)
+    assert separate.agent_flow.shape == (2,) + ((AGENT_KERNEL_EXPONENTIALS,) if beta else ())
+
+
+def test_the_agents_power_law_memory_is_the_kernel_by_hand():
+    """``agent_flow_beta`` 0.5, ``tau0`` 5 minutes: the weights sum to G(0) = 1 and a
+    unit of flow remembered ``tau`` minutes ago weighs ``(1 + tau/5) ** -0.5`` (the
+    kernel's sum of exponentials, to 1e-3); each round decays every exponential by its
+    own factor and adds the round's flow in V; the value shift reads ``sum_k w_k E_k``."""
+    params = MarketParams(
+        rounds_per_minute=6, agent_flow_memory=1, agent_flow_beta=0.5,
+        agent_flow_tau0_minutes=5.0, agent_flow_impact_bps=10.0,
+    )  # fmt: skip
+    weights, decay = params.agent_kernel()
+    assert weights.shape == decay.shape == (AGENT_KERNEL_EXPONENTIALS,)
+    assert weights.sum() == pytest.approx(1.0, abs=1e-6) and (weights >= 0).all()
+    for tau in (0.0, 1.0, 10.0, 60.0, 240.0):
+        remembered = float((weights * decay ** (6 * tau)).sum())
+        assert remembered == pytest.approx((1 + tau / 5.0) ** -0.5, rel=1e-3)
+    state = reset_market(100.5, 100.0, params)
+    components = jnp.linspace(0.1, 1.0, AGENT_KERNEL_EXPONENTIALS, dtype=jnp.float32)
+    state = state.replace(agent_flow=components)
+    after = remember_flow(state, -30.0, -20.0, 100.0, params)
+    np.testing.assert_allclose(after.agent_flow, components * decay - 0.2, rtol=1e-6)
+    level = float(np.dot(weights, np.asarray(after.agent_flow)))
+    assert float(agent_memory_level(after.agent_flow, params)) == pytest.approx(level, rel=1e-6)
+    # plus the background's -10 shares in its own memory: 5 bps x -sqrt(0.1)
+    assert float(after.order_flow) == pytest.approx(-0.1)
+    expected = 10e-4 * np.sign(level) * np.sqrt(abs(level)) - 5e-4 * np.sqrt(0.1)
+    assert float(value_shift(after, params)) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="agent_flow_beta is 0: the agents' memory is one"):
+        MarketParams().agent_kernel()
+    with pytest.raises(ValueError, match="market.agent_flow_beta must be in"):
+        MarketParams.from_mapping({"agent_flow_beta": 2.5})
+    assert MarketParams.from_mapping({"agent_flow_beta": 0.5}).agent_flow_beta == 0.5
 
 
 def _noisy_days(params, n_markets, minutes, key):
