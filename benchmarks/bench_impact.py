@@ -11,8 +11,9 @@ For each dataset, on its test days (reporting only: nothing here is fitted to th
   ``--fit-agent-impact`` the book then gets the agents' own flow memory, its
   coefficient fitted on the dataset's training days to the square-root law's ``Y`` = 0.7
   (:func:`serl_jax.calibrate.fit_agent_impact`) with the config's
-  ``market.child_order``, kept as ``<dataset>-market-agent.yaml`` (``-sliced`` added
-  for sliced child orders).
+  ``market.child_order`` and the agents' memory kernel of ``--agent-flow-beta`` /
+  ``--agent-flow-tau0``, kept as ``<dataset>-market-agent.yaml`` (``-sliced`` added for
+  sliced child orders, ``-beta<B>-tau<T>`` for a power-law kernel).
 
 Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
 propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the

@@ -28,6 +28,7 @@ flow is calibrated to the real one (``flow_impact_per_sigma`` in
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -198,11 +199,9 @@ class MarketParams:
         """
         if self.agent_flow_beta == 0.0:
             raise ValueError("market.agent_flow_beta is 0: the agents' memory is one exponential")
-        weights, rates = power_law_exponentials(
-            self.agent_flow_beta, self.agent_flow_tau0_minutes, AGENT_KERNEL_EXPONENTIALS
+        return _agent_kernel(
+            self.agent_flow_beta, self.agent_flow_tau0_minutes, self.rounds_per_minute
         )
-        decay = np.exp(-rates / self.rounds_per_minute)
-        return weights.astype(np.float32), decay.astype(np.float32)
 
     def capacity(self, num_agents: int = 1) -> int:
         """Book slots per side that can never overflow: the market makers' rungs, the
@@ -243,6 +242,14 @@ class MarketParams:
     def to_mapping(self) -> dict[str, float | int]:
         """The parameters as plain Python numbers (for YAML)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@functools.lru_cache(maxsize=16)
+def _agent_kernel(beta: float, tau0: float, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`MarketParams.agent_kernel`'s fit, once per kernel (every trace reads it)."""
+    weights, rates = power_law_exponentials(beta, tau0, AGENT_KERNEL_EXPONENTIALS)
+    decay = np.exp(-rates / rounds)
+    return weights.astype(np.float32), decay.astype(np.float32)
 
 
 def load_market_params(path: str | Path) -> MarketParams:
