@@ -1,7 +1,8 @@
 """Impact report of every market: the square-root law, relaxation, TWAP's cost, re-slicing
 and the round trip, measured through each market's environment (:mod:`serl_jax.impact`).
 
-For each dataset, on its test days (reporting only: nothing here is fitted to them):
+For each dataset, on its test days (reporting only: nothing here is fitted to them;
+``--split val`` measures the validation days instead, where a market's design is chosen):
 
 - ``propagator``: the propagator market with the config's ``impact`` section;
 - ``lob``: the order-book market calibrated to the dataset's training days (the shipped
@@ -107,7 +108,8 @@ def lob_market(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(
             f"# {dataset}: the calibrated book with agent_flow_impact_bps fitted on 32 training "
-            f"days to Y {AGENT_IMPACT_Y} with {child_order} child orders and the agents' "
+            f"days spread over the training period to Y {AGENT_IMPACT_Y} with {child_order} "
+            "child orders and the agents' "
             f"kernel beta {agent_beta:g}, tau0 {agent_tau0:g} "
             "(serl_jax.calibrate.fit_agent_impact)\n"
             + yaml.safe_dump({"market": market.to_mapping()}, sort_keys=False)
@@ -122,6 +124,10 @@ def main() -> None:
     parser.add_argument("--data-root", help="folder of the paper suite's sets")
     parser.add_argument("--markets", default=",".join(MARKETS), help="propagator,lob")
     parser.add_argument("--days", type=int, default=32, help="test days measured per dataset")
+    parser.add_argument(
+        "--split", choices=("val", "test"), default="test",
+        help="the days measured: validation days to choose a market, test days to report it",
+    )  # fmt: skip
     parser.add_argument("--duration", type=int, default=60, help="metaorder minutes D")
     parser.add_argument("--start", type=int, default=30, help="metaorder's first minute")
     parser.add_argument(
@@ -167,7 +173,7 @@ def main() -> None:
     for name, path, overrides in datasets:
         cfg = load_config(None, [*overrides, *args.overrides])
         splits = load_splits(cfg, path)
-        static = cfg.env_params(MarketData.from_episodes(splits.test))
+        static = cfg.env_params(MarketData.from_episodes(splits.split(args.split)))
         for market in markets:
             t0 = time.perf_counter()
             if market == "propagator":

@@ -376,8 +376,10 @@ def fit_agent_impact(
     ``agent_flow_impact_bps`` scaled until metaorders on the training days follow the
     square-root law with prefactor ``target_y``.
 
-    Each iteration measures the book's :class:`~serl_jax.impact.ImpactReport` on the
-    first ``days`` training days and multiplies the coefficient by ``target_y / Y`` (the
+    Each iteration measures the book's :class:`~serl_jax.impact.ImpactReport` on
+    ``days`` training days spread evenly over the training period
+    (:meth:`~serl_jax.data.EpisodeSet.spread`: a fit on the first days alone carries
+    their regime to every later day) and multiplies the coefficient by ``target_y / Y`` (the
     informed traders' response is linear in it; the book's own mechanical impact is not,
     hence more than one step). The background is untouched: without agent orders the
     market is the same with either memory.
@@ -404,7 +406,7 @@ def fit_agent_impact(
     if not target_y > 0 or iterations < 1:
         raise ValueError(f"fit_agent_impact: need target_y > 0 and iterations >= 1, got "
                          f"{target_y} and {iterations}")  # fmt: skip
-    static = EnvParams(data=MarketData.from_episodes(splits.train))
+    static = EnvParams(data=MarketData.from_episodes(splits.train.spread(days)))
     market = market.replace(agent_flow_memory=1)
 
     def measure(market: MarketParams) -> ImpactReport:

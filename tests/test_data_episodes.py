@@ -120,6 +120,24 @@ def test_cn_split_counts(cn_market):
     assert cn_market.test.dates[-1] == dt.date(2019, 2, 1)
 
 
+def test_spread_samples_every_period_of_a_split(cn_market):
+    """``spread(4)`` of the 40 test episodes takes 0, 13, 26 and 39 (``linspace`` rounded),
+    every per-episode array and label with them; more than N gives all; 0 is an error."""
+    test = cn_market.test
+    four = test.spread(4)
+    index = [0, 13, 26, 39]
+    assert four.n_episodes == 4 and four.dates == tuple(test.dates[i] for i in index)
+    assert four.symbols == tuple(test.symbols[i] for i in index)
+    for name in ("price", "volume", "features", "valid", "volume_profile",
+                 "expected_day_volume", "sigma", "mean_minute_volume"):  # fmt: skip
+        np.testing.assert_array_equal(getattr(four, name), getattr(test, name)[index])
+        assert not getattr(four, name).flags.writeable
+    assert four.slot_times == test.slot_times and four.feature_names == test.feature_names
+    assert test.spread(100).n_episodes == 40
+    with pytest.raises(ValueError, match="EpisodeSet.spread: count must be >= 1, got 0"):
+        test.spread(0)
+
+
 def test_split_with_too_few_days_names_symbol_and_counts():
     rows = [("AAA", f"2019-01-0{d} 09:30", 1.0, 1.0) for d in (2, 3, 4, 7, 8)]
     rows += [("BBB", f"2019-01-0{d} 09:30", 1.0, 1.0) for d in (2, 3)]

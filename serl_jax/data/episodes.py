@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -421,6 +421,30 @@ class EpisodeSet:
 
     def __len__(self) -> int:
         return self.n_episodes
+
+    def spread(self, count: int) -> EpisodeSet:
+        """``count`` episodes spread evenly over the set, first and last included (all
+        of them when ``count >= N``), in order: a sample of every period of the split
+        rather than its first days.
+
+        Raises:
+            ValueError: ``count`` below 1.
+        """
+        if count < 1:
+            raise ValueError(f"EpisodeSet.spread: count must be >= 1, got {count}")
+        points = np.linspace(0, self.n_episodes - 1, min(count, self.n_episodes))
+        index = np.unique(points.round().astype(np.int64))
+        arrays = {  # every array field is per episode
+            f.name: _readonly(getattr(self, f.name)[index])
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)
+        }
+        return replace(
+            self,
+            **arrays,
+            symbols=tuple(self.symbols[i] for i in index),
+            dates=tuple(self.dates[i] for i in index),
+        )
 
 
 def build_episodes(bars: MinuteBars, stats: TrainStats) -> EpisodeSet:
