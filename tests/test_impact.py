@@ -116,7 +116,7 @@ def test_propagator_report_is_the_closed_form_on_a_flat_market(flat_report):
     expected = mean.mean() / np.sqrt(REFERENCE_SIZE)
     assert report.twap_cost_over_sqrt_law == pytest.approx(expected, rel=1e-4)
     burst = np.zeros(180)
-    burst[:60:5] = 5 * REFERENCE_SIZE
+    burst[2:60:5] = 5 * REFERENCE_SIZE  # each at the middle minute of its five
     change = np.sum(burst * impacts(burst)[0]) / np.sum(order * impacts(order)[0]) - 1
     assert report.reslice_change == pytest.approx(change, abs=1e-4)
     assert report.reslice_change_se == pytest.approx(0.0, abs=1e-6)  # the same every day
@@ -137,10 +137,10 @@ def test_fitting_a_propagator_to_its_own_report_recovers_it(flat_report):
         fit_propagator(dataclasses.replace(flat_report, delta=1.3), PropagatorConfig())
 
 
-def test_a_scripted_order_sends_what_its_child_orders_could_not_fill_with_the_next_one():
+def test_a_scripted_order_sends_what_its_child_orders_could_not_fill_the_next_minute():
     """In the cn sample's book (196 shares on the bids at its first minute) a burst of
-    2,000 shares fills in part; the schedule's next slot (minute 2) sends the rest plus
-    its own share, the minute between sends nothing."""
+    2,000 shares fills in part; the next minute, unscheduled, sends the rest of it, and
+    the schedule's next slot (minute 2) its own share plus what is still left."""
     cfg = load_config(None, ["market.simulator=lob"])
     splits = load_splits(cfg, "sample:cn_1min")
     static = cfg.env_params(MarketData.from_episodes(splits.test))
@@ -161,10 +161,11 @@ def test_a_scripted_order_sends_what_its_child_orders_could_not_fill_with_the_ne
     q, filled = out["quantity"], out["exec_qty"]
     np.testing.assert_allclose(q, 2000.0, rtol=1e-4)
     assert (0 < filled[:, 0]).all() and (filled[:, 0] < 0.8 * q).all()  # the book ran out
-    assert (filled[:, 1] == 0).all()
-    # minute 2's child order: all of Q less minute 0's fills (what it filled of them)
-    assert (filled[:, 2] > np.floor(0.2 * q)).all()
-    assert (filled[:, 2] <= q - filled[:, 0]).all()
+    # minute 1's child order: the burst's rest, 0.8 Q less minute 0's fills
+    assert (0 < filled[:, 1]).all() and (filled[:, 1] <= 0.8 * q - filled[:, 0] + 1).all()
+    # minute 2's child order: all of Q less what minutes 0 and 1 filled
+    assert (filled[:, 2] > 0).all()
+    assert (filled[:, 2] <= q - filled[:, 0] - filled[:, 1] + 1).all()
 
 
 @pytest.mark.slow
