@@ -26,7 +26,7 @@ same scripted orders on the same days, against the empirical laws of market impa
   as a relative change. Each burst trades at the middle minute of its five, so the
   order's mean execution time stays the reference's: bursts at the start of their five
   minutes trade two minutes earlier on average and, on an impact path that rises over
-  the order, pay less for that timing alone (about 5% on the order book's paths), which
+  the order, pay less for that timing alone (about 5–7% on the order book's paths), which
   is not what re-slicing tests.
 - **Round trip**: buy at the reference size over the window, then sell at the same size
   over the next one (two agents of the market's multi-agent environment): the sell's
