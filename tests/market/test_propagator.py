@@ -161,7 +161,7 @@ def test_reslicing_a_schedule_into_five_minute_child_orders_costs_little_more(si
 
     def cost(market, rates):
         mean, _ = impacts(market, rates, rates / 390.0)
-        return float(np.sum(rates * np.asarray(mean, np.float64)))
+        return float(np.sum(rates * mean))
 
     change = cost(config, every_fifth) / cost(config, every_minute) - 1.0
     assert 0.0 < change < 0.05
