@@ -14,7 +14,8 @@ For each dataset, on its test days (reporting only: nothing here is fitted to th
   (:func:`serl_jax.calibrate.fit_agent_impact`) with the config's
   ``market.child_order`` and the agents' memory kernel of ``--agent-flow-beta`` /
   ``--agent-flow-tau0``, kept as ``<dataset>-market-agent.yaml`` (``-sliced`` added for
-  sliced child orders, ``-beta<B>-tau<T>`` for a power-law kernel).
+  sliced child orders, ``-beta<B>-tau<T>`` for a power-law kernel, ``-trailing`` for
+  ``--trailing-volume-unit 1``).
 
 Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
 propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the
@@ -67,11 +68,13 @@ MARKETS = ("propagator", "lob")
 
 def lob_market(
     cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path, splits=None,
-    agent_beta: float = 0.0, agent_tau0: float = 5.0,
+    agent_beta: float = 0.0, agent_tau0: float = 5.0, trailing_volume_unit: int = 0,
 ):  # fmt: skip
     """The order-book market's parameters for a dataset (module docstring); with
     ``splits``, the agents' own impact fitted on their training days (their memory's
-    kernel: ``agent_beta`` 0, one exponential; else the power law with ``agent_tau0``)."""
+    kernel: ``agent_beta`` 0, one exponential; else the power law with ``agent_tau0``;
+    the book's volume unit: the training mean, or with ``trailing_volume_unit`` 1 the
+    days before each episode's)."""
     lob_cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, simulator="lob"))
     if dataset in given:
         lob_cfg = dataclasses.replace(
@@ -97,6 +100,9 @@ def lob_market(
     if agent_beta > 0:
         market = market.replace(agent_flow_beta=agent_beta, agent_flow_tau0_minutes=agent_tau0)
         suffix += f"-beta{agent_beta:g}-tau{agent_tau0:g}"
+    if trailing_volume_unit:
+        market = market.replace(trailing_volume_unit=1)
+        suffix += "-trailing"
     out = calibrated_dir / f"{dataset}-market-agent{suffix}.yaml"
     if not out.is_file():
         print(f"[{dataset}] fitting the agents' own impact on the training days",
@@ -110,7 +116,8 @@ def lob_market(
             f"# {dataset}: the calibrated book with agent_flow_impact_bps fitted on 32 training "
             f"days spread over the training period to Y {AGENT_IMPACT_Y} with {child_order} "
             "child orders and the agents' "
-            f"kernel beta {agent_beta:g}, tau0 {agent_tau0:g} "
+            f"kernel beta {agent_beta:g}, tau0 {agent_tau0:g}, trailing volume unit "
+            f"{trailing_volume_unit} "
             "(serl_jax.calibrate.fit_agent_impact)\n"
             + yaml.safe_dump({"market": market.to_mapping()}, sort_keys=False)
         )
@@ -146,6 +153,11 @@ def main() -> None:
         help="with --fit-agent-impact: the agents' memory's power-law beta (0: one exponential)",
     )  # fmt: skip
     parser.add_argument("--agent-flow-tau0", type=float, default=5.0, help="its tau0, minutes")
+    parser.add_argument(
+        "--trailing-volume-unit", type=int, choices=(0, 1), default=0,
+        help="with --fit-agent-impact: 1 sizes the book in the symbol's volume over the "
+        "days before each episode's (market.trailing_volume_unit)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="JSON lines")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parse_command_line(parser, None)  # overrides may stand among the flags
@@ -184,7 +196,7 @@ def main() -> None:
                 fit = splits if args.fit_agent_impact else None
                 model = lob_market(
                     cfg, name, path, given, Path(args.calibrated), fit,
-                    args.agent_flow_beta, args.agent_flow_tau0,
+                    args.agent_flow_beta, args.agent_flow_tau0, args.trailing_volume_unit,
                 )  # fmt: skip
             params = dynamic_env_params(cfg, model, static, splits.stats)
             report = measure_impact(

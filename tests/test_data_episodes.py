@@ -22,6 +22,7 @@ from serl_jax.data import (
     hold_out_symbols,
     load_market,
     split_days,
+    with_trailing_volume,
 )
 
 
@@ -136,6 +137,55 @@ def test_spread_samples_every_period_of_a_split(cn_market):
     assert test.spread(100).n_episodes == 40
     with pytest.raises(ValueError, match="EpisodeSet.spread: count must be >= 1, got 0"):
         test.spread(0)
+
+
+def test_trailing_volume_is_the_mean_of_the_days_before_by_hand():
+    """A's five days trade 10, 20 (one bar of two: a filled slot is not a bar), 30, 40
+    and 50 per bar, B's 1 to 5; split 3/1/1, two days averaged. Each episode's trailing
+    volume is its symbol's mean per real bar over the two days before it, whatever their
+    split; the first day has none and keeps the training mean (A: 100 / 5 bars = 20;
+    B: 12 / 6 = 2). A set built alone has no history: the training mean."""
+    days = ["2024-03-01", "2024-03-04", "2024-03-05", "2024-03-06", "2024-03-07"]
+    rows = []
+    for d, day in enumerate(days):
+        for minute in ("09:30", "09:31"):
+            if not (d == 1 and minute == "09:31"):
+                rows.append(("A", f"{day} {minute}", 10.0, 10.0 * (d + 1)))
+            rows.append(("B", f"{day} {minute}", 5.0, 1.0 * (d + 1)))
+    bars = bars_from_frame(_frame(rows), name="two", min_bars_per_day=1)
+    parts = split_days(bars, train=0.6, val=0.2)
+    stats = fit_stats(parts["train"])
+    alone = [build_episodes(parts[name], stats) for name in ("train", "val", "test")]
+    train, val, test = with_trailing_volume(alone, days=2)
+    np.testing.assert_allclose(train.trailing_minute_volume, [20, 10, 15, 2, 1, 1.5])
+    np.testing.assert_allclose(val.trailing_minute_volume, [25, 2.5])
+    np.testing.assert_allclose(test.trailing_minute_volume, [35, 3.5])
+    np.testing.assert_allclose(alone[2].trailing_minute_volume, alone[2].mean_minute_volume)
+    np.testing.assert_allclose(test.mean_minute_volume, [20, 2])
+    assert not test.trailing_minute_volume.flags.writeable
+    with pytest.raises(ValueError, match="with_trailing_volume: days must be >= 1, got 0"):
+        with_trailing_volume(alone, days=0)
+
+
+def test_loaded_splits_carry_the_trailing_volume(cn_market):
+    """``load_market`` fills it over all splits: the first training day of each symbol
+    has no day before it (the training mean), and a test day's is the mean per real bar
+    of its symbol's 20 days before it."""
+    train, test = cn_market.train, cn_market.test
+    first = [train.symbols.index(s) for s in dict.fromkeys(train.symbols)]
+    np.testing.assert_allclose(train.trailing_minute_volume[first], train.mean_minute_volume[first])
+    sets = (train, cn_market.val, test)
+    i = len(test) - 1
+    symbol, date = test.symbols[i], test.dates[i]
+    before = sorted(
+        (d, float(es.volume[j].sum() / es.valid[j].sum()))
+        for es in sets
+        for j, (s, d) in enumerate(zip(es.symbols, es.dates, strict=True))
+        if s == symbol and d < date
+    )[-20:]
+    assert len(before) == 20
+    expected = np.mean([v for _, v in before])
+    assert test.trailing_minute_volume[i] == pytest.approx(expected, rel=1e-5)
 
 
 def test_split_with_too_few_days_names_symbol_and_counts():

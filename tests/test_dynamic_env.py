@@ -299,7 +299,7 @@ def _reference_minute(market_state, params, episode, slot, key):
         _noop_messages(),
         fundamental,
         activity,
-        data.mean_minute_volume[episode],
+        market.volume_unit(data, episode),
         key,
         market,
     )
@@ -314,6 +314,35 @@ def _assert_trees_equal(a, b, what):
     assert len(paths_a) == len(leaves_b)
     for (path, x), y in zip(paths_a, leaves_b, strict=True):
         np.testing.assert_array_equal(x, y, err_msg=f"{what}{jax.tree_util.keystr(path)}")
+
+
+def test_the_trailing_volume_unit_sizes_the_book_in_the_days_before(setup, cn_market):
+    """With ``trailing_volume_unit`` 1 the book is reset and run in the episode's
+    trailing volume, not the training mean: minute by minute the same market as one run
+    by hand with it, its resting depth in the ratio of the two volumes."""
+    static = setup["static"].replace(order_fraction=0.0)
+    data = static.data
+    ratio = np.asarray(data.trailing_minute_volume) / np.asarray(data.mean_minute_volume)
+    episode = int(np.argmax(np.abs(ratio - 1.0)))
+    assert abs(ratio[episode] - 1.0) > 0.05
+    # market makers quoting a whole V per level, so that whole shares resolve V's ratio
+    market = setup["market"].replace(trailing_volume_unit=1, mm_size=1.0)
+    params = DynamicEnvParams.from_static(static, cn_market.stats, market)
+    state = ENV.init_state(params, episode, 0, data.num_slots)
+    price = data.price[episode, 0] / market.tick_size
+    reference = reset_market(price, data.trailing_minute_volume[episode], market)
+    _assert_trees_equal(state.market, reference, "reset")
+    training = reset_market(price, data.mean_minute_volume[episode], market)
+
+    def depth(m):
+        return int(m.book.bids.qty.sum() + m.book.asks.qty.sum())
+
+    assert depth(state.market) / depth(training) == pytest.approx(ratio[episode], rel=0.05)
+    keys = jax.random.split(jax.random.PRNGKey(3), 5)
+    for t in range(5):
+        _, state, _, _, _ = _step(keys[t], state, jnp.float32(0.5), params)
+        reference, _ = _reference_minute(reference, params, episode, t, keys[t])
+        _assert_trees_equal(state.market, reference, f"minute {t}: market")
 
 
 def test_zero_quantity_leaves_the_market_unchanged(setup, cn_market):

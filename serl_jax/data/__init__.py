@@ -22,6 +22,7 @@ from serl_jax.data.episodes import (
     hold_out_symbols,
     load_market,
     split_days,
+    with_trailing_volume,
 )
 from serl_jax.data.loader import (
     DataError,
@@ -50,4 +51,5 @@ __all__ = [
     "load_minute_bars",
     "sample_path",
     "split_days",
+    "with_trailing_volume",
 ]

@@ -385,6 +385,10 @@ class EpisodeSet:
         expected_day_volume: ``[N]`` float32, the symbol's training mean daily volume.
         sigma: ``[N]`` float32, the symbol's training per-minute log-return std.
         mean_minute_volume: ``[N]`` float32, the symbol's training mean volume per bar.
+        trailing_minute_volume: ``[N]`` float32, the symbol's mean volume per real bar
+            over its previous :data:`TRAILING_VOLUME_DAYS` trading days, known before the
+            day (:func:`with_trailing_volume`; ``mean_minute_volume`` where no earlier
+            day is known, and in a set built alone by :func:`build_episodes`).
         symbols: ``N`` symbol names.
         dates: ``N`` trading days.
         slot_times: ``T`` times of day of the slots.
@@ -399,6 +403,7 @@ class EpisodeSet:
     expected_day_volume: np.ndarray
     sigma: np.ndarray
     mean_minute_volume: np.ndarray
+    trailing_minute_volume: np.ndarray
     symbols: tuple[str, ...]
     dates: tuple[dt.date, ...]
     slot_times: tuple[dt.time, ...]
@@ -490,11 +495,59 @@ def build_episodes(bars: MinuteBars, stats: TrainStats) -> EpisodeSet:
         expected_day_volume=f32(stats.mean_daily_volume[sym_idx]),
         sigma=f32(stats.sigma[sym_idx]),
         mean_minute_volume=f32(stats.mean_minute_volume[sym_idx]),
+        trailing_minute_volume=f32(stats.mean_minute_volume[sym_idx]),
         symbols=tuple(str(s) for s in d.symbols),
         dates=tuple(d.dates),
         slot_times=tuple(bars.slot_times),
         feature_names=FEATURE_NAMES,
     )
+
+
+TRAILING_VOLUME_DAYS = 20
+"""Trading days in :attr:`EpisodeSet.trailing_minute_volume` (about a month)."""
+
+
+def with_trailing_volume(
+    sets: list[EpisodeSet], days: int = TRAILING_VOLUME_DAYS
+) -> list[EpisodeSet]:
+    """The sets with each episode's ``trailing_minute_volume``: the symbol's mean volume
+    per real (not filled) bar over its last ``days`` trading days before the episode's
+    day among all of ``sets`` (any split: every such day is over before the episode's
+    starts), equally weighted; the training mean ``mean_minute_volume`` when the symbol
+    has no earlier day there.
+
+    It follows a symbol's volume regime without looking ahead: the index's test days
+    trade about half its training mean volume, and a market sized in the training mean
+    is twice as deep as those days' volume.
+
+    Args:
+        sets: episode sets of one dataset (its splits), any order.
+        days: trading days averaged (>= 1).
+
+    Returns:
+        The sets, in the same order, with ``trailing_minute_volume`` filled in.
+
+    Raises:
+        ValueError: ``days`` below 1.
+    """
+    if days < 1:
+        raise ValueError(f"with_trailing_volume: days must be >= 1, got {days}")
+    history: dict[str, list[tuple[dt.date, float]]] = {}
+    for es in sets:
+        per_bar = es.volume.sum(axis=1, dtype=np.float64) / np.maximum(es.valid.sum(axis=1), 1)
+        for symbol, date, value in zip(es.symbols, es.dates, per_bar, strict=True):
+            history.setdefault(symbol, []).append((date, float(value)))
+    for days_of_symbol in history.values():
+        days_of_symbol.sort()
+    out = []
+    for es in sets:
+        trailing = np.asarray(es.mean_minute_volume, np.float64).copy()
+        for i, (symbol, date) in enumerate(zip(es.symbols, es.dates, strict=True)):
+            before = [v for d, v in history[symbol] if d < date][-days:]
+            if before:
+                trailing[i] = np.mean(before)
+        out.append(replace(es, trailing_minute_volume=_readonly(trailing.astype(np.float32))))
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -567,7 +620,8 @@ def load_market(
     episodes.
 
     :func:`load_minute_bars` -> :func:`split_days` -> :func:`hold_out_symbols` ->
-    :func:`fit_stats` on the training days -> :func:`build_episodes` on each split.
+    :func:`fit_stats` on the training days -> :func:`build_episodes` on each split ->
+    :func:`with_trailing_volume` over all of them.
 
     Args:
         path: folder or file in the loader's format (see :mod:`serl_jax.data.loader`).
@@ -599,14 +653,16 @@ def load_market(
         stats = replace(stats, feature_mean=own.feature_mean, feature_std=own.feature_std)
         heldout = build_episodes(_symbols(parts["test"], held, keep=True), stats)
         parts = kept
+    built = [build_episodes(parts[name], stats) for name in SPLITS]
+    train, val, test, *rest = with_trailing_volume(built + ([heldout] if held else []))
     return MarketSplits(
         name=bars.name,
-        train=build_episodes(parts["train"], stats),
-        val=build_episodes(parts["val"], stats),
-        test=build_episodes(parts["test"], stats),
+        train=train,
+        val=val,
+        test=test,
         stats=stats,
         report=bars.report,
-        heldout=heldout if held else None,
+        heldout=rest[0] if held else None,
         heldout_symbols=held,
     )
 

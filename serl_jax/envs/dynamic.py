@@ -218,7 +218,7 @@ class DynamicExecutionEnv(ExecutionEnv):
         data = params.data
         market = reset_market(
             base.arrival_price / params.market.tick_size,
-            data.mean_minute_volume[base.episode],
+            params.market.volume_unit(data, base.episode),
             params.market,
         )
         fields = {f: getattr(base, f) for f in base.__dataclass_fields__}
@@ -338,7 +338,7 @@ class DynamicExecutionEnv(ExecutionEnv):
             agent_messages,
             fundamental,
             activity,
-            data.mean_minute_volume[episode],
+            market.volume_unit(data, episode),
             key,
             market,
             participation,

@@ -181,6 +181,7 @@ def imagine_days(
         volume_profile=profile,
         expected_day_volume=data.expected_day_volume[sources],
         mean_minute_volume=mean_minute,
+        trailing_minute_volume=data.trailing_minute_volume[sources],
         sigma=data.sigma[sources],
         cum_price=_prefix_sum(price),
         cum_volume=_prefix_sum(volume),

@@ -34,6 +34,10 @@ class MarketData:
             training days only (sums to 1 over the day).
         expected_day_volume: ``[N]`` the symbol's mean daily volume on training days.
         mean_minute_volume: ``[N]`` the symbol's mean volume per minute on training days.
+        trailing_minute_volume: ``[N]`` the symbol's mean volume per minute over the
+            trading days before the episode's
+            (:attr:`serl_jax.data.EpisodeSet.trailing_minute_volume`); the order book's
+            volume unit with ``market.volume_unit: trailing``.
         sigma: ``[N]`` the symbol's per-minute log-return standard deviation on
             training days (a fraction, e.g. 1e-3 = 10 bps).
         cum_price, cum_volume, cum_notional, cum_profile: ``[N, T + 1]`` running sums of
@@ -49,6 +53,7 @@ class MarketData:
     volume_profile: jnp.ndarray
     expected_day_volume: jnp.ndarray
     mean_minute_volume: jnp.ndarray
+    trailing_minute_volume: jnp.ndarray
     sigma: jnp.ndarray
     cum_price: jnp.ndarray
     cum_volume: jnp.ndarray
@@ -80,10 +85,12 @@ class MarketData:
         expected_day_volume,
         mean_minute_volume,
         sigma,
+        trailing_minute_volume=None,
     ) -> MarketData:
         """Builds the device arrays (float32) and their running sums from array-likes.
 
-        Args: the attributes above, with the shapes given there.
+        Args: the attributes above, with the shapes given there;
+        ``trailing_minute_volume`` ``None`` is ``mean_minute_volume`` (no history).
 
         Raises:
             ValueError: arrays whose shapes disagree (naming the array).
@@ -96,6 +103,7 @@ class MarketData:
             "expected_day_volume": (n,),
             "mean_minute_volume": (n,),
             "sigma": (n,),
+            "trailing_minute_volume": (n,),
         }
         arrays = {
             "volume": np.asarray(volume),
@@ -103,6 +111,9 @@ class MarketData:
             "expected_day_volume": np.asarray(expected_day_volume),
             "mean_minute_volume": np.asarray(mean_minute_volume),
             "sigma": np.asarray(sigma),
+            "trailing_minute_volume": np.asarray(
+                mean_minute_volume if trailing_minute_volume is None else trailing_minute_volume
+            ),
         }
         for name, shape in expected.items():
             if arrays[name].shape != shape:
@@ -118,6 +129,7 @@ class MarketData:
             volume_profile=f32(arrays["volume_profile"]),
             expected_day_volume=f32(arrays["expected_day_volume"]),
             mean_minute_volume=f32(arrays["mean_minute_volume"]),
+            trailing_minute_volume=f32(arrays["trailing_minute_volume"]),
             sigma=f32(arrays["sigma"]),
             cum_price=_prefix_sum(price),
             cum_volume=_prefix_sum(arrays["volume"]),
@@ -143,6 +155,7 @@ class MarketData:
             episodes.expected_day_volume,
             episodes.mean_minute_volume,
             episodes.sigma,
+            episodes.trailing_minute_volume,
         )
 
 

@@ -375,7 +375,7 @@ class MultiAgentExecutionEnv(AgentAxisEnv):
         arrival = data.price[episode, jnp.maximum(orders.clock - 1, 0)]
         market = reset_market(
             arrival / params.market.tick_size,
-            data.mean_minute_volume[episode],
+            params.market.volume_unit(data, episode),
             params.market,
             num_agents=self.num_agents,
         )

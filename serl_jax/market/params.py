@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 import yaml
 from flax import struct
@@ -126,6 +127,12 @@ class MarketParams:
             day-long order's impact keeps growing while a finished one relaxes towards
             about 2/3 of its peak, as the propagator market's kernel does. In ``(0, 2]``.
         agent_flow_tau0_minutes: static; the power law's ``tau0``, minutes (> 0).
+        trailing_volume_unit: static; 0 (default): the volume unit ``V`` that every
+            population's sizes are fractions of is the symbol's training mean volume per
+            minute (``MarketData.mean_minute_volume``); 1: its mean over the trading days
+            before the episode's (``MarketData.trailing_minute_volume``), so the book is
+            as deep as the symbol's recent volume, known before the day: on days that
+            trade half the training volume it is half as deep.
         momentum_slots: momentum-trader slots per round (static; 0 disables them).
         momentum_prob: probability per round that a momentum slot trades when signalled.
         momentum_fast, momentum_slow: per-round EMA weights of the fast and slow mid
@@ -162,6 +169,7 @@ class MarketParams:
     agent_flow_impact_bps: float = 5.0
     agent_flow_beta: float = struct.field(pytree_node=False, default=0.0)
     agent_flow_tau0_minutes: float = struct.field(pytree_node=False, default=5.0)
+    trailing_volume_unit: int = struct.field(pytree_node=False, default=0)
     momentum_slots: int = struct.field(pytree_node=False, default=1)
     momentum_prob: float = 0.3
     momentum_fast: float = 0.3
@@ -182,11 +190,25 @@ class MarketParams:
                 f"market.agent_flow_memory must be 0 (one memory) or 1 (the agents' own), "
                 f"got {self.agent_flow_memory}"
             )
+        if self.trailing_volume_unit not in (0, 1):
+            raise ValueError(
+                "market.trailing_volume_unit must be 0 (the training mean) or 1 (the days "
+                f"before the episode's), got {self.trailing_volume_unit}"
+            )
         if not 0.0 <= self.agent_flow_beta <= 2.0 or not self.agent_flow_tau0_minutes > 0:
             raise ValueError(
                 "market.agent_flow_beta must be in [0, 2] and market.agent_flow_tau0_minutes "
                 f"> 0, got {self.agent_flow_beta} and {self.agent_flow_tau0_minutes}"
             )
+
+    def volume_unit(self, data, episode) -> jax.Array:
+        """``float32`` ``V`` of ``episode`` (int32 index into ``data``, a
+        :class:`~serl_jax.envs.market_data.MarketData`), shares per minute:
+        ``trailing_minute_volume`` with ``trailing_volume_unit`` 1, else
+        ``mean_minute_volume``."""
+        if self.trailing_volume_unit:
+            return data.trailing_minute_volume[episode]
+        return data.mean_minute_volume[episode]
 
     def agent_kernel(self) -> tuple[np.ndarray, np.ndarray]:
         """The agents' power-law memory (``agent_flow_beta`` > 0) as ``(weights

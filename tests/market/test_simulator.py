@@ -274,6 +274,8 @@ def test_params_from_mapping_rejects_bad_keys():
     assert MarketParams.from_mapping({"flow_impact_exponent": 0.5}).flow_impact_exponent == 0.5
     with pytest.raises(ValueError, match="market.agent_flow_memory must be 0"):
         MarketParams.from_mapping({"agent_flow_memory": 2})
+    with pytest.raises(ValueError, match="market.trailing_volume_unit must be 0"):
+        MarketParams.from_mapping({"trailing_volume_unit": 2})
 
 
 def test_participation_quantity_by_hand():
