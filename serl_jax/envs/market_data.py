@@ -37,7 +37,7 @@ class MarketData:
         trailing_minute_volume: ``[N]`` the symbol's mean volume per minute over the
             trading days before the episode's
             (:attr:`serl_jax.data.EpisodeSet.trailing_minute_volume`); the order book's
-            volume unit with ``market.volume_unit: trailing``.
+            volume unit with ``MarketParams.trailing_volume_unit`` 1.
         sigma: ``[N]`` the symbol's per-minute log-return standard deviation on
             training days (a fraction, e.g. 1e-3 = 10 bps).
         cum_price, cum_volume, cum_notional, cum_profile: ``[N, T + 1]`` running sums of
