@@ -18,6 +18,7 @@ A-share sample.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import math
 from dataclasses import dataclass, fields, replace
@@ -532,20 +533,20 @@ def with_trailing_volume(
     """
     if days < 1:
         raise ValueError(f"with_trailing_volume: days must be >= 1, got {days}")
-    history: dict[str, list[tuple[dt.date, float]]] = {}
+    by_symbol: dict[str, list[tuple[dt.date, float]]] = {}
     for es in sets:
         per_bar = es.volume.sum(axis=1, dtype=np.float64) / np.maximum(es.valid.sum(axis=1), 1)
         for symbol, date, value in zip(es.symbols, es.dates, per_bar, strict=True):
-            history.setdefault(symbol, []).append((date, float(value)))
-    for days_of_symbol in history.values():
-        days_of_symbol.sort()
+            by_symbol.setdefault(symbol, []).append((date, float(value)))
+    history = {s: tuple(zip(*sorted(rows), strict=True)) for s, rows in by_symbol.items()}
     out = []
     for es in sets:
         trailing = np.asarray(es.mean_minute_volume, np.float64).copy()
         for i, (symbol, date) in enumerate(zip(es.symbols, es.dates, strict=True)):
-            before = [v for d, v in history[symbol] if d < date][-days:]
-            if before:
-                trailing[i] = np.mean(before)
+            dates, values = history[symbol]
+            end = bisect.bisect_left(dates, date)  # the days strictly before this one
+            if end:
+                trailing[i] = np.mean(values[max(end - days, 0) : end])
         out.append(replace(es, trailing_minute_volume=_readonly(trailing.astype(np.float32))))
     return out
 
