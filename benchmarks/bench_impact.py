@@ -31,11 +31,13 @@ Usage (from the repository root)::
         market.child_order=sliced        # child orders worked over the minute's rounds
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
         --agent-flow-beta 0.5            # the agents' memory: a power-law kernel
+    python benchmarks/bench_impact.py --data PATH --starts 30,120,209  # 3 windows a day
 
 ``--json`` prints one object per market and dataset with ``market``, ``dataset``,
 ``delta``, ``Y``, ``post_fraction_1x``, ``post_fraction_2x``, ``twap_cost_over_sqrt_law``,
 ``reslice_change`` (and ``reslice_change_se``, its standard error over days),
-``round_trip_bps`` and the measured points behind them.
+``round_trip_bps`` and the measured points behind them (``starts``: the windows; with
+several, each day's figures are averaged over its windows and errors are over days).
 """
 
 from __future__ import annotations
@@ -136,7 +138,11 @@ def main() -> None:
         help="the days measured: validation days to choose a market, test days to report it",
     )  # fmt: skip
     parser.add_argument("--duration", type=int, default=60, help="metaorder minutes D")
-    parser.add_argument("--start", type=int, default=30, help="metaorder's first minute")
+    parser.add_argument(
+        "--starts", default="30",
+        help="the metaorders' first minutes, comma-separated: one window each per day, "
+        "clustered by day (e.g. 30,120,209 on a 390-minute day)",
+    )  # fmt: skip
     parser.add_argument(
         "--lob-params", action="append", default=[], metavar="DATASET=FILE",
         help="calibrated order-book parameters of a dataset",
@@ -171,6 +177,10 @@ def main() -> None:
         samples = SAMPLE_DATASETS if args.suite == "samples" else SAMPLE_DATASETS[:1]
         datasets = [(d.name, d.path, ()) for d in samples]
     given = dict(item.split("=", 1) for item in args.lob_params)
+    try:
+        starts = tuple(int(start) for start in args.starts.split(","))
+    except ValueError:
+        parser.error(f"--starts must be comma-separated minutes, got {args.starts!r}")
     markets = args.markets.split(",")
     if not args.json:
         print(machine_description())
@@ -201,7 +211,7 @@ def main() -> None:
             params = dynamic_env_params(cfg, model, static, splits.stats)
             report = measure_impact(
                 envs[0], envs[1], params, market=market, dataset=name,
-                duration=args.duration, start=args.start, days=args.days,
+                duration=args.duration, starts=starts, days=args.days,
             )  # fmt: skip
             seconds = time.perf_counter() - t0
             if args.json:

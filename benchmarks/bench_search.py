@@ -97,12 +97,12 @@ def task_overrides(task: str, args: argparse.Namespace) -> list[str]:
 
     from serl_jax.config import load_config
     from serl_jax.envs.market_data import MarketData
+    from serl_jax.envs.propagator import PropagatorEnvParams
     from serl_jax.experiment import load_splits
-    from serl_jax.market.propagator import PropagatorEnvParams
 
     base = [*optimum.TASK, *optimum.CONFIGS["ac"], *args.overrides]
     cfg = load_config(args.config, base)
-    splits = load_splits(cfg, args.data)
+    splits = load_splits(cfg, args.data or cfg.loop.market)
     train_market = PropagatorEnvParams.from_static(
         cfg.env_params(MarketData.from_episodes(splits.split("train"))),
         splits.stats,

@@ -7,8 +7,8 @@ same scripted orders on the same days, against the empirical laws of market impa
 
 - **Square-root law** (Tóth et al. 2011; Almgren et al. 2005): sell metaorders of
   ``Q = f * E[V]`` (``f`` in :data:`DEFAULT_SIZES`, ``V`` the volume of a ``duration``
-  -minute window starting at minute ``start``), one TWAP slice a minute. The peak
-  impact, the price at the order's end against the same market without the order, is
+  -minute window starting at each minute of ``starts``), one TWAP slice a minute. The
+  peak impact, the price at the order's end against the same market without the order, is
   fitted to ``Y * sigma_day * (Q/V)^delta`` over the sizes (weighted least squares of the
   logs of the means over days, each weighted by its inverse variance, so a size whose
   mean impact is within the noise between days, such as a sub-tick move in the order
@@ -39,6 +39,14 @@ its executed shares to the schedule's running total, so the shares a child order
 not fill (an order book thinner than the child order) go the next minute, within the
 order's window rather than after it, and two schedules are compared on the same shares
 (the report gives the fraction executed by the order's end).
+
+**Several windows a day.** With more than one start, each day runs one metaorder per
+window (each its own scripted run, on the same day), every figure but the whole-day
+TWAP's is first averaged over a day's windows, and standard errors are taken over days:
+the windows of one day share its volatility and volume regime, so they are clustered
+by day, not counted as independent orders. The first window's order draws the order
+book's numbers from ``key``, each later one from ``fold_in(key, start)``, so a one-start
+report is unchanged and two windows do not replay the same background draws.
 
 "The undisturbed market" is the same environment and days with ``Q = 0`` and the same
 PRNG keys, so in the order book the background populations draw the same numbers and the
@@ -79,6 +87,7 @@ class ImpactReport:
         market, dataset: names.
         days: days (episodes) measured.
         duration_minutes: the metaorders' duration D, minutes.
+        starts: the metaorders' first minutes, one window each per day.
         delta, y: the square-root law's fitted exponent and prefactor.
         delta_se: the standard error of ``delta`` (None without the sizes' errors).
         post_fraction_1x, post_fraction_2x: the impact D and 2D minutes after the order
@@ -106,6 +115,7 @@ class ImpactReport:
     dataset: str
     days: int
     duration_minutes: int
+    starts: tuple[int, ...]
     delta: float
     y: float
     delta_se: float | None
@@ -277,7 +287,7 @@ def measure_impact(
     market: str,
     dataset: str,
     duration: int = 60,
-    start: int = 30,
+    starts: tuple[int, ...] = (30,),
     days: int = 32,
     sizes: tuple[float, ...] = DEFAULT_SIZES,
     key: jax.Array | None = None,
@@ -293,71 +303,96 @@ def measure_impact(
             participation cap: the report measures the market, not a broker's limit).
         market, dataset: names for the report.
         duration: D, the metaorders' minutes.
-        start: their first minute (``start + 3D + 1`` minutes must fit in the day).
+        starts: their first minutes, one window per start and day (``start + 3D + 1``
+            minutes must fit in the day); several are clustered by day (module
+            docstring).
         days: days measured (fewer if the data has fewer).
         sizes: metaorder sizes, fractions of the window's expected volume.
         key: PRNG key (default ``PRNGKey(0)``).
 
     Raises:
-        ValueError: the windows do not fit in the day, or the square-root fit has fewer
-            than two sizes with a positive mean peak.
+        ValueError: no start, a window that does not fit in the day, or a square-root fit
+            with fewer than two sizes with a positive mean peak.
     """
     data = params.data
     length = 3 * duration + 1
-    if start < 0 or start + length > data.num_slots:
-        raise ValueError(
-            f"impact: start {start} + 3 x {duration} + 1 minutes do not fit in a day of "
-            f"{data.num_slots} minutes"
-        )
+    if not starts:
+        raise ValueError("impact: starts is empty, need at least one metaorder start")
+    for start in starts:
+        if start < 0 or start + length > data.num_slots:
+            raise ValueError(
+                f"impact: start {start} + 3 x {duration} + 1 minutes do not fit in a day "
+                f"of {data.num_slots} minutes"
+            )
     key = jax.random.PRNGKey(0) if key is None else key
     params = params.replace(
         side=1.0, quantity_low=1.0, quantity_high=1.0, random_window=False,
         child_quantity="fixed", participation_cap=1e9,
     )  # fmt: skip
     episodes = jnp.arange(min(days, data.num_episodes), dtype=jnp.int32)
-    expected_order = _window_volume(data, episodes, start, duration, data.cum_profile)
-    expected_window = _window_volume(data, episodes, start, length, data.cum_profile)
-    per_size = expected_order / expected_window / params.order_fraction
-    realized = np.asarray(_window_volume(data, episodes, start, duration, data.cum_volume))
     sigma = np.asarray(data.sigma[episodes]) * np.sqrt(data.num_slots)
-
     twap = np.zeros(length, np.float32)
     twap[:duration] = 1.0 / duration
     every_fifth = np.zeros(length, np.float32)
     every_fifth[RESLICE_MINUTES // 2 : duration : RESLICE_MINUTES] = RESLICE_MINUTES / duration
 
-    def run(size, schedule):
-        return jax.device_get(
-            scripted_orders(
-                env, params, episodes, start, length, size * per_size, jnp.asarray(schedule), key
+    def window(start: int, window_key: jax.Array) -> dict[str, Any]:
+        """Every metaorder of the window from ``start``, per day (``[..., E]`` arrays)."""
+        expected_order = _window_volume(data, episodes, start, duration, data.cum_profile)
+        expected_window = _window_volume(data, episodes, start, length, data.cum_profile)
+        per_size = expected_order / expected_window / params.order_fraction
+        realized = np.asarray(_window_volume(data, episodes, start, duration, data.cum_volume))
+
+        def run(size, schedule):
+            schedule = jnp.asarray(schedule)
+            quantity = size * per_size
+            return jax.device_get(
+                scripted_orders(
+                    env, params, episodes, start, length, quantity, schedule, window_key
+                )
             )
-        )
 
-    undisturbed = run(0.0, twap)
+        undisturbed = run(0.0, twap)
 
-    def impact_path(orders):  # sells: a price below the undisturbed one is impact
-        base = undisturbed["market_price"]
-        return (base - orders["market_price"]) / base / sigma[:, None]
+        def impact_path(orders):  # sells: a price below the undisturbed one is impact
+            base = undisturbed["market_price"]
+            return (base - orders["market_price"]) / base / sigma[:, None]
 
-    participation, peaks, peak_errors = [], [], []
-    for size in sizes:
-        orders = run(size, twap)
-        executed = orders["exec_qty"][:, :duration].sum(1)
-        participation.append(float(np.mean(executed / realized)))
-        per_day = impact_path(orders)[:, duration]
-        peaks.append(float(np.mean(per_day)))
-        spread = np.std(per_day, ddof=1) if per_day.size > 1 else 0.0
-        peak_errors.append(float(spread / np.sqrt(per_day.size)))
+        participation, peaks = [], []
+        for size in sizes:
+            orders = run(size, twap)
+            participation.append(orders["exec_qty"][:, :duration].sum(1) / realized)
+            peaks.append(impact_path(orders)[:, duration])
+        reference = run(REFERENCE_SIZE, twap)
+        resliced = run(REFERENCE_SIZE, every_fifth)
+        return {
+            "participation": np.stack(participation),
+            "peak": np.stack(peaks),
+            "path": impact_path(reference),
+            "cost": _cost_sigma(reference, undisturbed, sigma, 1.0),
+            "reslice_cost": _cost_sigma(resliced, undisturbed, sigma, 1.0),
+            "executed": reference["exec_qty"][:, :duration].sum(1) / reference["quantity"],
+            "reslice_executed": resliced["exec_qty"][:, :duration].sum(1) / resliced["quantity"],
+            "round_trip": round_trip_profit_bps(
+                multi_agent_env_class, params, episodes, start, duration, window_key
+            ),
+        }
+
+    keys = [key] + [jax.random.fold_in(key, start) for start in starts[1:]]
+    windows = [window(start, k) for start, k in zip(starts, keys, strict=True)]
+    # each day's mean over its windows: the days are the independent units
+    per_day = {name: np.mean([w[name] for w in windows], axis=0) for name in windows[0]}
+    n_days = int(episodes.shape[0])
+    participation = per_day["participation"].mean(1)
+    peaks = per_day["peak"].mean(1)
+    if n_days > 1:
+        peak_errors = per_day["peak"].std(1, ddof=1) / np.sqrt(n_days)
+    else:
+        peak_errors = np.zeros(len(sizes))
     delta, y, delta_se = fit_square_root_law(participation, peaks, peak_errors)
-
-    reference = run(REFERENCE_SIZE, twap)
-    path = impact_path(reference).mean(0)
+    path = per_day["path"].mean(0)
     peak = path[duration]
-    resliced = run(REFERENCE_SIZE, every_fifth)
-    reslice_change, reslice_change_se = relative_change(
-        _cost_sigma(resliced, undisturbed, sigma, 1.0),
-        _cost_sigma(reference, undisturbed, sigma, 1.0),
-    )
+    reslice_change, reslice_change_se = relative_change(per_day["reslice_cost"], per_day["cost"])
 
     n_slots = data.num_slots  # the whole-day TWAP order of the reference size
     day = jnp.full(n_slots, 1.0 / n_slots, jnp.float32)
@@ -373,14 +408,12 @@ def measure_impact(
     twap_cost = np.mean(_cost_sigma(day_orders, day_undisturbed, sigma, 1.0))
     sqrt_law = np.mean(np.sqrt(day_orders["exec_qty"].sum(1) / day_volume))
 
-    def executed_fraction(orders, minutes):
-        return float(np.mean(orders["exec_qty"][:, :minutes].sum(1) / orders["quantity"]))
-
     return ImpactReport(
         market=market,
         dataset=dataset,
-        days=int(episodes.shape[0]),
+        days=n_days,
         duration_minutes=duration,
+        starts=tuple(int(start) for start in starts),
         delta=delta,
         y=y,
         delta_se=delta_se,
@@ -389,14 +422,12 @@ def measure_impact(
         twap_cost_over_sqrt_law=float(twap_cost / sqrt_law),
         reslice_change=reslice_change,
         reslice_change_se=reslice_change_se,
-        executed_fraction=executed_fraction(reference, duration),
-        reslice_executed_fraction=executed_fraction(resliced, duration),
-        round_trip_bps=round_trip_profit_bps(
-            multi_agent_env_class, params, episodes, start, duration, key
-        ),
-        participation=tuple(participation),
-        peak_sigma=tuple(peaks),
-        peak_sigma_se=tuple(peak_errors),
+        executed_fraction=float(per_day["executed"].mean()),
+        reslice_executed_fraction=float(per_day["reslice_executed"].mean()),
+        round_trip_bps=float(per_day["round_trip"]),
+        participation=tuple(float(v) for v in participation),
+        peak_sigma=tuple(float(v) for v in peaks),
+        peak_sigma_se=tuple(float(v) for v in peak_errors),
         relaxation=tuple(float(v) for v in path / peak),
     )
 

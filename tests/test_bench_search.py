@@ -92,3 +92,35 @@ def test_a_run_under_way_is_resumed_and_a_finished_one_reused(tmp_path, monkeypa
     assert root == tmp_path / "index-hf-qwen-s1" and (root / "report.json").exists()
     assert not staging.exists()
     assert bench_search.run_one("hf:qwen", 1, args, []) == root and len(calls) == 2
+
+
+def test_the_ac_task_sets_the_almgren_chriss_urgency_for_its_kappa_t():
+    """``--task ac`` on the shipped sample: the dynamic propagator market scored by the
+    mean-variance objective, with the urgency whose Almgren–Chriss ``kappa T`` is 2.5."""
+    import argparse
+
+    import bench_optimum
+
+    from serl_jax.baselines.optimal import almgren_chriss_kappa_for
+    from serl_jax.config import load_config
+    from serl_jax.envs.market_data import MarketData
+    from serl_jax.envs.propagator import PropagatorEnvParams
+    from serl_jax.experiment import load_splits
+
+    args = argparse.Namespace(config=None, data=None, overrides=[], kappa_t=2.5)
+    extra = bench_search.task_overrides("ac", args)
+    assert extra[-2:] == ["loop.env=dynamic", "loop.score=mean_variance"]
+    assert "market.simulator=propagator" in extra and "impact.kernel=constant" in extra
+    (urgency,) = [float(o.split("=")[1]) for o in extra if o.startswith("env.urgency=")]
+    cfg = load_config(None, extra)
+    assert cfg.env["urgency"] == pytest.approx(urgency)
+    splits = load_splits(cfg, cfg.loop.market)
+    market = PropagatorEnvParams.from_static(
+        cfg.env_params(MarketData.from_episodes(splits.split("train"))),
+        splits.stats,
+        cfg.impact.params(),
+    )
+    _, _, temporary, _ = bench_optimum.linear_market(cfg.impact, market)
+    slots = market.data.num_slots
+    kappa = almgren_chriss_kappa_for(float(np.mean(temporary)), urgency / slots)
+    assert kappa * slots == pytest.approx(2.5, rel=1e-9)

@@ -127,6 +127,38 @@ def test_propagator_report_is_the_closed_form_on_a_flat_market(flat_report):
     assert report.relaxation[0] == 0.0 and report.relaxation[60] == pytest.approx(1.0)
 
 
+def test_several_windows_a_day_are_averaged_per_day_and_clustered_by_day():
+    """The propagator on the cn sample's days (deterministic: each window's figures are
+    its own): two windows a day give the mean of the two one-window reports' means, and
+    the same window twice gives the one-window report exactly, standard errors included
+    (they are over days, not over the doubled count of orders)."""
+    cfg = load_config(None, [])
+    splits = load_splits(cfg, "sample:cn_1min")
+    static = cfg.env_params(MarketData.from_episodes(splits.train))
+    params = PropagatorEnvParams.from_static(static, splits.stats, cfg.impact.params())
+
+    def report(starts):
+        return measure_impact(
+            PropagatorExecutionEnv(), PropagatorMultiAgentEnv, params, market="propagator",
+            dataset="cn_1min", duration=20, starts=starts, days=6, sizes=(0.01, 0.05, 0.2),
+        )  # fmt: skip
+
+    early, late, both, twice = report((30,)), report((90,)), report((30, 90)), report((30, 30))
+    assert (early.days, both.days, both.starts, twice.starts) == (6, 6, (30, 90), (30, 30))
+    assert min(early.peak_sigma_se) > 0  # the days differ
+    for name in ("participation", "peak_sigma"):
+        mean = (np.asarray(getattr(early, name)) + np.asarray(getattr(late, name))) / 2
+        np.testing.assert_allclose(getattr(both, name), mean, rtol=1e-6)
+    assert both.round_trip_bps == pytest.approx((early.round_trip_bps + late.round_trip_bps) / 2)
+    assert both.twap_cost_over_sqrt_law == early.twap_cost_over_sqrt_law  # the whole day
+    one = dataclasses.asdict(early)
+    assert dataclasses.asdict(twice) == {**one, "starts": (30, 30)}
+    with pytest.raises(ValueError, match="start 200 \\+ 3 x 20 \\+ 1 minutes do not fit"):
+        report((30, 200))
+    with pytest.raises(ValueError, match="starts is empty"):
+        report(())
+
+
 def test_fitting_a_propagator_to_its_own_report_recovers_it(flat_report):
     fitted, rmse = fit_propagator(flat_report, PropagatorConfig())
     assert (fitted.kernel, fitted.beta, fitted.tau0) == ("power_law", FLAT.beta, FLAT.tau0)
@@ -176,7 +208,7 @@ def test_order_book_report_runs_and_impact_grows_with_size():
     params = dynamic_env_params(cfg, calibrated_market(cfg, "sample:cn_1min"), static, splits.stats)
     report = measure_impact(
         DynamicExecutionEnv(), MultiAgentExecutionEnv, params,
-        market="lob", dataset="cn_1min", duration=5, start=30, days=4, sizes=(0.05, 0.5),
+        market="lob", dataset="cn_1min", duration=5, starts=(30,), days=4, sizes=(0.05, 0.5),
     )  # fmt: skip
     # from minute 30: at the open, two days of 5-minute orders moved the mid a tick or none
     assert report.peak_sigma[1] > report.peak_sigma[0] > 0.0
