@@ -21,7 +21,10 @@ The first designer is the reference: ``offline``, the design library's random mu
   1,000-day index: ``--data ../shared/data/cn_index_1min data.short_days=drop``;
 - ``ac``: the propagator market's Almgren–Chriss configuration (``bench_optimum.py``'s,
   kappa*T = 3 by default) with ``loop.env=dynamic loop.score=mean_variance``, where the
-  optimum is known (score: the negated mean-variance objective, bps).
+  optimum is known (score: the negated mean-variance objective, bps). The optimal
+  schedule's and TWAP's validation scores, in the loop's own validation market, are
+  printed as rows and drawn as lines, and each designer's best gets ``captured``, the
+  share of TWAP's gap to the optimum that it closes.
 
 Run::
 
@@ -113,6 +116,30 @@ def task_overrides(task: str, args: argparse.Namespace) -> list[str]:
         *optimum.TASK, *optimum.CONFIGS["ac"], f"env.urgency={urgency}",
         "loop.env=dynamic", "loop.score=mean_variance",
     ]  # fmt: skip
+
+
+def ac_references(args: argparse.Namespace, extra: list[str]) -> dict[str, float]:
+    """``{"optimal": ..., "twap": ...}``: the validation score (the loop's, bps: the
+    negated mean objective over the validation days) of the optimal schedule
+    (:func:`~serl_jax.baselines.optimal.propagator_optimum`) and of TWAP in the task's
+    validation market, built as the loop builds it
+    (:func:`~serl_jax.loop.evaluation.candidate_market`)."""
+    import bench_optimum as optimum
+
+    from serl_jax.baselines import twap_policy
+    from serl_jax.baselines.optimal import propagator_optimum, schedule_policy
+    from serl_jax.config import load_config
+    from serl_jax.envs.execution import mean_variance_reward
+    from serl_jax.envs.propagator import PropagatorExecutionEnv
+    from serl_jax.loop.evaluation import candidate_market
+
+    cfg = load_config(args.config, [*extra, *args.overrides])
+    val = candidate_market(cfg, args.data or cfg.loop.market).val
+    env = PropagatorExecutionEnv(mean_variance_reward)
+    targets = propagator_optimum(cfg.impact, val)
+    optimal, _ = optimum.objectives(env, schedule_policy, targets, val)
+    twap, _ = optimum.objectives(env, twap_policy, None, val)
+    return {"optimal": -float(np.mean(optimal)), "twap": -float(np.mean(twap))}
 
 
 def run_one(designer: str, seed: int, args: argparse.Namespace, extra: list[str]) -> Path:
@@ -212,9 +239,15 @@ def _ratio(seconds: list[float | None], valid: list[int]) -> float | None:
     return sum(seconds) / sum(valid)
 
 
-def plot(designers: list[str], runs: dict[str, list[Path]], path: str, label: str) -> None:
-    """Best validation score against candidates designed: each seed thin, the mean bold."""
+def plot(
+    designers: list[str], runs: dict[str, list[Path]], path: str, label: str,
+    references: dict[str, float] | None = None,
+) -> None:  # fmt: skip
+    """Best validation score against candidates designed: each seed thin, the mean bold;
+    ``references`` (name: score) as dashed lines."""
     fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (name, value) in enumerate((references or {}).items()):
+        ax.axhline(value, color="k", ls=("--", ":")[i % 2], lw=1, label=name)
     for i, designer in enumerate(designers):
         color = f"C{i}"
         curves = [curve(r) for r in runs[designer]]
@@ -256,9 +289,14 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     runs = {d: [run_one(d, s, args, extra) for s in seeds] for d in designers}
     rows = summarize(designers, runs)
+    references = ac_references(args, extra) if args.task == "ac" else None
+    if references:
+        gap = references["optimal"] - references["twap"]
+        for row in rows:
+            row["captured"] = (row["best_validation"]["value"] - references["twap"]) / gap
     label = "mean-variance" if args.task == "ac" else "score"
     if args.plot:
-        plot(designers, runs, args.plot, label)
+        plot(designers, runs, args.plot, label, references)
     print(
         f"# search curves, task {args.task}, {args.budget_candidates} candidates, seeds "
         f"{args.seeds}; {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}"
@@ -292,6 +330,16 @@ def main(argv: list[str] | None = None) -> None:
         )
         if args.json:
             print(json.dumps(row))
+    if references:
+        print()
+        print(
+            f"known references (validation): optimal schedule {references['optimal']:.3f}, "
+            f"TWAP {references['twap']:.3f} bps; share of TWAP's gap closed by each "
+            "designer's mean best: "
+            + ", ".join(f"{row['designer']} {row['captured']:.1%}" for row in rows)
+        )
+        if args.json:
+            print(json.dumps({"references": references}))
 
 
 if __name__ == "__main__":

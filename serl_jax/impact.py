@@ -13,7 +13,8 @@ same scripted orders on the same days, against the empirical laws of market impa
   logs of the means over days, each weighted by its inverse variance, so a size whose
   mean impact is within the noise between days, such as a sub-tick move in the order
   book, counts little; ``Q/V`` with the shares executed by the order's end and the day's
-  realized window volume).
+  realized window volume; a window with no realized volume, a gap in the data, has no
+  ``Q/V`` and is left out of that mean, counted in the report, while its prices count).
 - **Relaxation** (Bacry et al. 2015; Zarinelli et al. 2015: to about 2/3 of the peak):
   the impact one and two order durations after the order ends, over its peak, at the
   reference size (:data:`REFERENCE_SIZE`).
@@ -105,6 +106,8 @@ class ImpactReport:
         round_trip_bps: a buy-then-sell round trip's profit, bps (never above 0 in a
             market without price manipulation).
         participation: ``[len(sizes)]`` mean realized ``Q/V`` per size.
+        gap_windows: metaorder windows (days x starts) whose order minutes have no
+            realized volume (a data gap), left out of ``participation``.
         peak_sigma: ``[len(sizes)]`` mean peak impact per size, units of sigma_day.
         peak_sigma_se: ``[len(sizes)]`` its standard error over days.
         relaxation: ``[3D + 1]`` the mean impact path of the reference order over its
@@ -128,6 +131,7 @@ class ImpactReport:
     reslice_executed_fraction: float
     round_trip_bps: float
     participation: tuple[float, ...]
+    gap_windows: int
     peak_sigma: tuple[float, ...]
     peak_sigma_se: tuple[float, ...]
     relaxation: tuple[float, ...]
@@ -311,8 +315,9 @@ def measure_impact(
         key: PRNG key (default ``PRNGKey(0)``).
 
     Raises:
-        ValueError: no start, a window that does not fit in the day, or a square-root fit
-            with fewer than two sizes with a positive mean peak.
+        ValueError: no start, a window that does not fit in the day, no window with
+            realized volume, or a square-root fit with fewer than two sizes with a
+            positive mean peak.
     """
     data = params.data
     length = 3 * duration + 1
@@ -361,7 +366,10 @@ def measure_impact(
         participation, peaks = [], []
         for size in sizes:
             orders = run(size, twap)
-            participation.append(orders["exec_qty"][:, :duration].sum(1) / realized)
+            executed = orders["exec_qty"][:, :duration].sum(1)
+            participation.append(
+                np.where(realized > 0, executed / np.where(realized > 0, realized, 1.0), np.nan)
+            )
             peaks.append(impact_path(orders)[:, duration])
         reference = run(REFERENCE_SIZE, twap)
         resliced = run(REFERENCE_SIZE, every_fifth)
@@ -380,10 +388,14 @@ def measure_impact(
 
     keys = [key] + [jax.random.fold_in(key, start) for start in starts[1:]]
     windows = [window(start, k) for start, k in zip(starts, keys, strict=True)]
+    by_order = np.stack([w.pop("participation") for w in windows])  # [starts, sizes, E]
+    gaps = np.isnan(by_order[:, 0])
+    if gaps.all():
+        raise ValueError("impact: no metaorder window has realized volume (all data gaps)")
+    participation = np.nanmean(by_order, axis=(0, 2))
     # each day's mean over its windows: the days are the independent units
     per_day = {name: np.mean([w[name] for w in windows], axis=0) for name in windows[0]}
     n_days = int(episodes.shape[0])
-    participation = per_day["participation"].mean(1)
     peaks = per_day["peak"].mean(1)
     if n_days > 1:
         peak_errors = per_day["peak"].std(1, ddof=1) / np.sqrt(n_days)
@@ -426,6 +438,7 @@ def measure_impact(
         reslice_executed_fraction=float(per_day["reslice_executed"].mean()),
         round_trip_bps=float(per_day["round_trip"]),
         participation=tuple(float(v) for v in participation),
+        gap_windows=int(gaps.sum()),
         peak_sigma=tuple(float(v) for v in peaks),
         peak_sigma_se=tuple(float(v) for v in peak_errors),
         relaxation=tuple(float(v) for v in path / peak),

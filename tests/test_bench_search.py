@@ -96,16 +96,18 @@ def test_a_run_under_way_is_resumed_and_a_finished_one_reused(tmp_path, monkeypa
 
 def test_the_ac_task_sets_the_almgren_chriss_urgency_for_its_kappa_t():
     """``--task ac`` on the shipped sample: the dynamic propagator market scored by the
-    mean-variance objective, with the urgency whose Almgren–Chriss ``kappa T`` is 2.5."""
+    mean-variance objective, with the urgency whose Almgren–Chriss ``kappa T`` is 2.5,
+    and its known references on the validation days."""
     import argparse
 
     import bench_optimum
 
-    from serl_jax.baselines.optimal import almgren_chriss_kappa_for
+    from serl_jax.baselines.optimal import almgren_chriss_kappa_for, propagator_optimum
     from serl_jax.config import load_config
     from serl_jax.envs.market_data import MarketData
     from serl_jax.envs.propagator import PropagatorEnvParams
     from serl_jax.experiment import load_splits
+    from serl_jax.loop.evaluation import candidate_market
 
     args = argparse.Namespace(config=None, data=None, overrides=[], kappa_t=2.5)
     extra = bench_search.task_overrides("ac", args)
@@ -124,3 +126,11 @@ def test_the_ac_task_sets_the_almgren_chriss_urgency_for_its_kappa_t():
     slots = market.data.num_slots
     kappa = almgren_chriss_kappa_for(float(np.mean(temporary)), urgency / slots)
     assert kappa * slots == pytest.approx(2.5, rel=1e-9)
+    # the references: the optimal schedule priced by the environment is its closed form
+    # on the loop's validation market, and TWAP scores below it
+    references = bench_search.ac_references(args, extra)
+    val = candidate_market(cfg, cfg.loop.market).val
+    targets = propagator_optimum(cfg.impact, val)
+    closed = bench_optimum.closed_form(cfg, val, targets)
+    assert references["optimal"] == pytest.approx(-closed, rel=1e-4)
+    assert references["twap"] < references["optimal"] - 0.01 * abs(closed)

@@ -159,6 +159,33 @@ def test_several_windows_a_day_are_averaged_per_day_and_clustered_by_day():
         report(())
 
 
+def test_a_window_without_volume_is_left_out_of_the_participation_and_counted():
+    """A data gap (no volume over one day's order minutes) has no Q/V: that order is left
+    out of the participation mean and counted, and the other days' figures stand. The
+    flat market's constant liquidity prices orders without the day's volume, so the
+    report is otherwise the gapless one."""
+    data = trend_market(n_episodes=3, n_slots=240, drift_per_minute=0.0, n_features=5)
+    volume = np.diff(np.asarray(data.cum_volume), axis=1)
+    volume[1, 30:90] = 0.0  # day 1: nothing traded over the order's 60 minutes
+    gapped = data.replace(cum_volume=jnp.asarray(np.c_[np.zeros(3), np.cumsum(volume, 1)]))
+
+    def report(market_data):
+        params = PropagatorEnvParams(
+            data=market_data, impact=FLAT.params(), return_std=jnp.float32(1.0),
+            half_spread_bps=0.0,
+        )  # fmt: skip
+        return measure_impact(
+            PropagatorExecutionEnv(), PropagatorMultiAgentEnv, params,
+            market="propagator", dataset="flat", days=3, sizes=(0.01, 0.05, 0.2),
+        )  # fmt: skip
+
+    clean, with_gap = report(data), report(gapped)
+    assert (clean.gap_windows, with_gap.gap_windows) == (0, 1)
+    np.testing.assert_allclose(with_gap.participation, [0.01, 0.05, 0.2], rtol=1e-5)
+    assert with_gap.peak_sigma == clean.peak_sigma
+    assert with_gap.delta == pytest.approx(clean.delta, abs=1e-6)
+
+
 def test_fitting_a_propagator_to_its_own_report_recovers_it(flat_report):
     fitted, rmse = fit_propagator(flat_report, PropagatorConfig())
     assert (fitted.kernel, fitted.beta, fitted.tau0) == ("power_law", FLAT.beta, FLAT.tau0)
