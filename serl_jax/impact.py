@@ -45,9 +45,11 @@ order's window rather than after it, and two schedules are compared on the same 
 window (each its own scripted run, on the same day), every figure but the whole-day
 TWAP's is first averaged over a day's windows, and standard errors are taken over days:
 the windows of one day share its volatility and volume regime, so they are clustered
-by day, not counted as independent orders. The first window's order draws the order
-book's numbers from ``key``, each later one from ``fold_in(key, start)``, so a one-start
-report is unchanged and two windows do not replay the same background draws.
+by day, not counted as independent orders. The first window draws the order book's
+numbers from ``key``, the ``i``-th later one from ``fold_in(key, i)``, so a one-start
+report is unchanged, two windows do not replay the same background draws, and a start
+given twice is a second, independent draw of the book's randomness in the same window
+(a replication, which narrows the part of the error that is the book's own noise).
 
 "The undisturbed market" is the same environment and days with ``Q = 0`` and the same
 PRNG keys, so in the order book the background populations draw the same numbers and the
@@ -386,7 +388,7 @@ def measure_impact(
             ),
         }
 
-    keys = [key] + [jax.random.fold_in(key, start) for start in starts[1:]]
+    keys = [key] + [jax.random.fold_in(key, i) for i in range(1, len(starts))]
     windows = [window(start, k) for start, k in zip(starts, keys, strict=True)]
     by_order = np.stack([w.pop("participation") for w in windows])  # [starts, sizes, E]
     gaps = np.isnan(by_order[:, 0])

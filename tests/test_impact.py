@@ -244,6 +244,13 @@ def test_order_book_report_runs_and_impact_grows_with_size():
     assert 0.0 < report.reslice_executed_fraction <= report.executed_fraction <= 1.0
     values = [report.delta, report.y, report.post_fraction_1x, report.twap_cost_over_sqrt_law]
     assert np.isfinite(values).all()
+    # the same window twice: the second is a fresh draw of the book's randomness, so the
+    # day means move (a replication), unlike the deterministic propagator's
+    twice = measure_impact(
+        DynamicExecutionEnv(), MultiAgentExecutionEnv, params,
+        market="lob", dataset="cn_1min", duration=5, starts=(30, 30), days=4, sizes=(0.05, 0.5),
+    )  # fmt: skip
+    assert twice.starts == (30, 30) and twice.peak_sigma != report.peak_sigma
 
 
 @pytest.mark.slow
