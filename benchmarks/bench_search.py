@@ -296,7 +296,10 @@ def main(argv: list[str] | None = None) -> None:
             row["captured"] = (row["best_validation"]["value"] - references["twap"]) / gap
     label = "mean-variance" if args.task == "ac" else "score"
     if args.plot:
-        plot(designers, runs, args.plot, label, references)
+        lines = references and {
+            "optimal schedule": references["optimal"], "TWAP": references["twap"]
+        }  # fmt: skip
+        plot(designers, runs, args.plot, label, lines)
     print(
         f"# search curves, task {args.task}, {args.budget_candidates} candidates, seeds "
         f"{args.seeds}; {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}"
