@@ -244,7 +244,7 @@ def plot(
     references: dict[str, float] | None = None,
 ) -> None:  # fmt: skip
     """Best validation score against candidates designed: each seed thin, the mean bold;
-    ``references`` (name: score) as dashed lines."""
+    ``references`` (name: score) as black lines, dashed and dotted in turn."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (name, value) in enumerate((references or {}).items()):
         ax.axhline(value, color="k", ls=("--", ":")[i % 2], lw=1, label=name)
