@@ -14,8 +14,8 @@ For each dataset, on its test days (reporting only: nothing here is fitted to th
   (:func:`serl_jax.calibrate.fit_agent_impact`) with the config's
   ``market.child_order`` and the agents' memory kernel of ``--agent-flow-beta`` /
   ``--agent-flow-tau0``, kept as ``<dataset>-market-agent.yaml`` (``-sliced`` added for
-  sliced child orders, ``-beta<B>-tau<T>`` for a power-law kernel, ``-trailing`` for
-  ``--trailing-volume-unit 1``).
+  sliced child orders, ``-sliced<K>`` for ``market.child_slices=K``, ``-beta<B>-tau<T>``
+  for a power-law kernel, ``-trailing`` for ``--trailing-volume-unit 1``).
 
 Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
 propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the
@@ -29,6 +29,8 @@ Usage (from the repository root)::
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
         market.child_order=sliced        # child orders worked over the minute's rounds
+    python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
+        market.child_order=sliced market.child_slices=2  # in two parts a minute
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
         --agent-flow-beta 0.5            # the agents' memory: a power-law kernel
     python benchmarks/bench_impact.py --data PATH --starts 30,120,209  # 3 windows a day
@@ -97,8 +99,10 @@ def lob_market(
     market = calibrated_market(lob_cfg, path)
     if splits is None:
         return market
-    child_order = cfg.market.child_order
+    child_order, child_slices = cfg.market.child_order, cfg.market.child_slices
     suffix = "" if child_order == "market" else f"-{child_order}"
+    if child_order == "sliced" and child_slices:
+        suffix += str(child_slices)
     if agent_beta > 0:
         market = market.replace(agent_flow_beta=agent_beta, agent_flow_tau0_minutes=agent_tau0)
         suffix += f"-beta{agent_beta:g}-tau{agent_tau0:g}"
@@ -111,13 +115,13 @@ def lob_market(
               file=sys.stderr, flush=True)  # fmt: skip
         market, _ = fit_agent_impact(
             splits, market, days=32, log=lambda line: print(line, file=sys.stderr),
-            child_order=child_order,
+            child_order=child_order, child_slices=child_slices,
         )  # fmt: skip
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(
             f"# {dataset}: the calibrated book with agent_flow_impact_bps fitted on 32 training "
             f"days spread over the training period to Y {AGENT_IMPACT_Y} with {child_order} "
-            "child orders and the agents' "
+            f"child orders ({child_slices or 'one per round'} parts if sliced) and the agents' "
             f"kernel beta {agent_beta:g}, tau0 {agent_tau0:g}, trailing volume unit "
             f"{trailing_volume_unit} "
             "(serl_jax.calibrate.fit_agent_impact)\n"

@@ -5,7 +5,8 @@ Usage::
     python -m serl_jax.calibrate --data sample:cn_1min --out configs/market/cn_1min.yaml
     python -m serl_jax.calibrate --data PATH [--lobster MESSAGE ORDERBOOK]
         [--tick-size 0.01] [--iterations 6] [--days 8] [--start FILE] [--seed 0]
-        [--fit-agent-impact [--agent-impact-y 0.7] [--child-order market]]
+        [--fit-agent-impact [--agent-impact-y 0.7] [--agent-impact-steps 6]
+            [--child-order market] [--child-slices 0]]
         [--fit-propagator [--propagator-out FILE] [--impact-days 16]]
 
 Targets (training days only, :mod:`serl_jax.market.statistics`): quoted spread (Roll's
@@ -49,7 +50,8 @@ as YAML (with the comparison as comments) for :func:`load_market_params`.
 ``--fit-agent-impact`` then gives the book the agents' own flow memory
 (``agent_flow_memory: 1``) and scales its coefficient until metaorders on
 ``--impact-days`` training days follow the square-root law with ``Y`` =
-``--agent-impact-y`` (:func:`fit_agent_impact`), with the agents' child orders of
+``--agent-impact-y`` (:func:`fit_agent_impact`: at most ``--agent-impact-steps``
+steps, stopping within 5%), with the agents' child orders of
 ``--child-order`` (``market``, or ``sliced`` over the minute's rounds: use the run's
 ``market.child_order``); the background populations stay as fitted. The written
 parameters hold the result.
@@ -363,56 +365,115 @@ AGENT_IMPACT_Y = 0.7
 Bonart, Donier & Gould 2018, ch. 12)."""
 
 
+AGENT_IMPACT_TOLERANCE = 0.05
+"""Relative distance of the measured ``Y`` from its target at which
+:func:`fit_agent_impact` stops: ``Y`` in 0.665-0.735 for the default target, well inside
+the published 0.5-1."""
+
+
+def next_agent_impact(points: list[tuple[float, float]], target_y: float) -> float:
+    """The next ``agent_flow_impact_bps`` to try in :func:`fit_agent_impact`.
+
+    ``Y`` is modelled as affine in the coefficient (the informed traders' response is
+    linear in it, the book's own mechanical impact is not), so after one proportional step
+    (``c * target_y / Y``, the affine model without its intercept) each step is the
+    secant through the last two points. A step that would leave the bracket of the
+    measured points (the largest coefficient below the target and the smallest above it),
+    or a secant that does not rise, is replaced by the bracket's geometric midpoint, or
+    when there is no bracket by the proportional step from the last point: the fit never
+    walks away from a root it has enclosed (a safeguarded secant, e.g. Press et al.,
+    Numerical Recipes, 3rd ed., 2007, sec. 9.2-9.3).
+
+    Args:
+        points: ``(agent_flow_impact_bps, Y)`` measured so far, oldest first (>= 1 point,
+            every ``Y`` > 0).
+        target_y: the ``Y`` to reach (> 0).
+
+    Returns:
+        The next coefficient, bps (> 0).
+
+    Raises:
+        ValueError: no points.
+    """
+    if not points:
+        raise ValueError("next_agent_impact: need at least one measured point")
+    c1, y1 = points[-1]
+    proportional = c1 * target_y / y1
+    step = proportional
+    if len(points) > 1:
+        c0, y0 = points[-2]
+        slope = (y1 - y0) / (c1 - c0) if c1 != c0 else 0.0
+        if slope > 0:
+            step = c1 + (target_y - y1) / slope
+    below = [c for c, y in points if y < target_y]
+    above = [c for c, y in points if y > target_y]
+    if below and above and max(below) < min(above):
+        low, high = max(below), min(above)
+        if not low < step < high:
+            step = float(np.sqrt(low * high))
+    return float(step) if step > 0 else float(proportional)
+
+
 def fit_agent_impact(
     splits: MarketSplits,
     market: MarketParams,
     days: int,
     target_y: float = AGENT_IMPACT_Y,
-    iterations: int = 2,
+    iterations: int = 6,
     log=print,
     child_order: str = "market",
+    tolerance: float = AGENT_IMPACT_TOLERANCE,
+    child_slices: int = 0,
 ) -> tuple[MarketParams, ImpactReport]:
     """The book with the agents' own flow memory (``agent_flow_memory`` 1), its
-    ``agent_flow_impact_bps`` scaled until metaorders on the training days follow the
+    ``agent_flow_impact_bps`` searched until metaorders on the training days follow the
     square-root law with prefactor ``target_y``.
 
     Each iteration measures the book's :class:`~serl_jax.impact.ImpactReport` on
     ``days`` training days spread evenly over the training period
     (:meth:`~serl_jax.data.EpisodeSet.spread`: a fit on the first days alone carries
-    their regime to every later day) and multiplies the coefficient by ``target_y / Y`` (the
-    informed traders' response is linear in it; the book's own mechanical impact is not,
-    hence more than one step). The background is untouched: without agent orders the
-    market is the same with either memory.
+    their regime to every later day), with the same key each time so that the
+    measurements are paired, and moves the coefficient by :func:`next_agent_impact`
+    (a proportional step, then safeguarded secant steps). It stops at the first
+    measurement within ``tolerance`` of the target; one that never gets there says so in
+    the log and returns the last coefficient tried. The background is untouched: without
+    agent orders the market is the same with either memory.
 
     Args:
         splits: the dataset (its training days are measured).
         market: the calibrated background; its ``agent_flow_impact_bps`` is the start.
         days: training days measured per iteration.
         target_y: the ``Y`` to reach (> 0).
-        iterations: scaling steps (>= 1); one more measurement reports the result.
+        iterations: the most coefficient steps (>= 1); the last one is measured too.
         log: where progress lines go.
         child_order: the metaorders' child orders, ``"market"`` or ``"sliced"``
             (:class:`~serl_jax.envs.dynamic.DynamicEnvParams`): the run that uses the
             book should use the same, since a sliced order pays more of its own response.
+        tolerance: relative distance ``|Y / target_y - 1|`` that ends the search (>= 0).
+        child_slices: a sliced child order's parts (0: one per trading round).
 
     Returns:
         ``(market, report)``: the fitted parameters and their report on the same days.
 
     Raises:
-        ValueError: ``target_y`` or ``iterations`` out of range, or a measured ``Y`` that
-            is not positive or cannot be fitted (no response to scale: start from a
-            larger ``agent_flow_impact_bps``).
+        ValueError: ``target_y``, ``iterations`` or ``tolerance`` out of range, or a
+            measured ``Y`` that is not positive or cannot be fitted (no response to
+            scale: start from a larger ``agent_flow_impact_bps``).
     """
-    if not target_y > 0 or iterations < 1:
-        raise ValueError(f"fit_agent_impact: need target_y > 0 and iterations >= 1, got "
-                         f"{target_y} and {iterations}")  # fmt: skip
+    if not target_y > 0 or iterations < 1 or not tolerance >= 0:
+        raise ValueError(
+            f"fit_agent_impact: need target_y > 0, iterations >= 1 and tolerance >= 0, "
+            f"got {target_y}, {iterations} and {tolerance}"
+        )
     static = EnvParams(data=MarketData.from_episodes(splits.train.spread(days)))
     market = market.replace(agent_flow_memory=1)
 
     def measure(market: MarketParams) -> ImpactReport:
-        book = DynamicEnvParams.from_static(static, splits.stats, market, child_order)
+        book = DynamicEnvParams.from_static(
+            static, splits.stats, market, child_order, child_slices=child_slices
+        )
         try:
-            return measure_impact(
+            report = measure_impact(
                 DynamicExecutionEnv(), MultiAgentExecutionEnv, book,
                 market="lob", dataset=splits.name, days=days,
             )  # fmt: skip
@@ -422,17 +483,29 @@ def fit_agent_impact(
                 f"{market.agent_flow_impact_bps}; start from a larger one (the starting "
                 "book's agent_flow_impact_bps, calibrate --start FILE)"
             ) from err
-
-    for i in range(iterations):
-        report = measure(market)
         if not np.isfinite(report.y) or report.y <= 0:
             raise ValueError(f"fit_agent_impact: measured Y = {report.y} at "
                              f"agent_flow_impact_bps {market.agent_flow_impact_bps}")  # fmt: skip
-        scaled = market.agent_flow_impact_bps * target_y / report.y
-        log(f"agent impact {i}: agent_flow_impact_bps {market.agent_flow_impact_bps:.3f}: "
+        return report
+
+    points: list[tuple[float, float]] = []
+    for i in range(iterations + 1):
+        report = measure(market)
+        coefficient = market.agent_flow_impact_bps
+        points.append((coefficient, report.y))
+        if abs(report.y / target_y - 1) <= tolerance:
+            log(f"agent impact {i}: agent_flow_impact_bps {coefficient:.3f}: "
+                f"delta {report.delta:.3f}, Y {report.y:.3f}: within {tolerance:.0%}")  # fmt: skip
+            break
+        if i == iterations:
+            log(f"agent impact: not within {tolerance:.0%} of Y {target_y} after "
+                f"{iterations} steps; kept agent_flow_impact_bps {coefficient:.3f} "
+                f"(Y {report.y:.3f})")  # fmt: skip
+            break
+        scaled = next_agent_impact(points, target_y)
+        log(f"agent impact {i}: agent_flow_impact_bps {coefficient:.3f}: "
             f"delta {report.delta:.3f}, Y {report.y:.3f} -> {scaled:.3f}")  # fmt: skip
         market = market.replace(agent_flow_impact_bps=float(scaled))
-    report = measure(market)
     log(impact_comparison(report))
     return market, report
 
@@ -516,10 +589,19 @@ def main(argv: list[str] | None = None) -> int:
         "--agent-impact-y", type=float, default=AGENT_IMPACT_Y, help="Y to fit (> 0)"
     )
     parser.add_argument(
+        "--agent-impact-steps", type=int, default=6, help="the agent-impact fit's most steps"
+    )
+    parser.add_argument(
         "--child-order",
         choices=("market", "sliced"),
         default="market",
         help="the agents' child orders in the agent-impact fit (market.child_order)",
+    )
+    parser.add_argument(
+        "--child-slices",
+        type=int,
+        default=0,
+        help="a sliced child order's parts (market.child_slices; 0: one per round)",
     )
     parser.add_argument("--propagator-out", help="write the fitted propagator here (YAML)")
     parser.add_argument(
@@ -534,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--iterations and --days must be >= 0")
         if not args.agent_impact_y > 0:
             raise ValueError(f"--agent-impact-y must be > 0, got {args.agent_impact_y}")
+        if args.agent_impact_steps < 1:
+            raise ValueError(f"--agent-impact-steps must be >= 1, got {args.agent_impact_steps}")
         path = _resolve(args.data)
         lobster = tuple(Path(p) for p in args.lobster) if args.lobster else default_lobster()
         start = load_market_params(args.start) if args.start else MarketParams()
@@ -554,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             market, _ = fit_agent_impact(
                 splits, market, args.impact_days, args.agent_impact_y,
-                child_order=args.child_order,
+                iterations=args.agent_impact_steps, child_order=args.child_order,
+                child_slices=args.child_slices,
             )  # fmt: skip
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)

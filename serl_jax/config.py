@@ -614,6 +614,8 @@ class MarketConfig:
             ``configs/market/<sample>.yaml`` of a ``sample:<name>`` market.
         child_order: ``market``, ``passive`` or ``sliced`` (market orders split evenly
             over the minute's trading rounds) child orders in the ``lob`` market.
+        child_slices: a sliced child order's parts, sent at evenly spaced trading rounds
+            (0: one per round; at most the book's ``rounds_per_minute``).
         dynamic_envs: parallel dynamic-market episodes per PPO rollout.
         alpha_init: initial weight of the static loss (beta = 1 - alpha).
         min_weight: alpha and beta are clipped to ``[min_weight, 1 - min_weight]``.
@@ -634,11 +636,16 @@ class MarketConfig:
             raise ValueError(
                 f"market.child_order: expected market, passive or sliced, got {self.child_order!r}"
             )
+        if not isinstance(self.child_slices, int) or self.child_slices < 0:
+            raise ValueError(
+                f"market.child_slices: expected an int >= 0, got {self.child_slices!r}"
+            )
 
     mode: str = "hybrid"
     simulator: str = "propagator"
     params: str = "auto"
     child_order: str = "market"
+    child_slices: int = 0
     dynamic_envs: int = 32
     alpha_init: float = 0.5
     min_weight: float = 0.1

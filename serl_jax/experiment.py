@@ -147,12 +147,17 @@ def dynamic_env_params(
 ) -> DynamicEnvParams | PropagatorEnvParams:
     """The dynamic-market twin of ``static_params``: the propagator market for
     :class:`~serl_jax.market.propagator.PropagatorParams`, else the order book with
-    ``cfg.market.child_order`` on the engine ``cfg.lob.engine`` names (``auto``: by the
-    default device's platform)."""
+    ``cfg.market.child_order`` (and ``child_slices``) on the engine ``cfg.lob.engine``
+    names (``auto``: by the default device's platform)."""
     if isinstance(market, PropagatorParams):
         return PropagatorEnvParams.from_static(static_params, stats, market)
     return DynamicEnvParams.from_static(
-        static_params, stats, market, cfg.market.child_order, resolve_engine(cfg.lob.engine)
+        static_params,
+        stats,
+        market,
+        cfg.market.child_order,
+        resolve_engine(cfg.lob.engine),
+        cfg.market.child_slices,
     )
 
 

@@ -447,6 +447,47 @@ def measure_impact(
     )
 
 
+@functools.lru_cache(maxsize=32)
+def _round_trip_program(multi_agent_env_class, start: int, duration: int):
+    """:func:`round_trip_profit_bps`' compiled run, one per market, window and duration
+    (cached: a window measured again, in a replication or the next step of a fit, is not
+    compiled again): ``run(params, episodes, multiplier, key)`` gives the ``[E, 2D, 2]``
+    market prices, executed shares and fill prices."""
+
+    def profile(_key, agent, _n_agents, env_params):
+        return AgentProfile(
+            side=jnp.where(agent == 0, -1.0, 1.0).astype(jnp.float32),
+            quantity=jnp.float32(1.0),
+            start=jnp.int32(start) + agent * duration,
+            window_len=jnp.int32(duration),
+            urgency=jnp.float32(0.0),
+        )
+
+    env = multi_agent_env_class(2, "independent", profile_fn=profile)
+
+    def run(params, episodes, multiplier, key):
+        sized = params.replace(order_fraction=params.order_fraction * multiplier)
+
+        def one(episode):
+            state = env.init_state(sized, episode, key)
+            episode_key = jax.random.fold_in(key, episode)
+
+            def minute(state, t):
+                agents = state.agents
+                actions = 1.0 / jnp.maximum(agents.window_len - agents.time, 1).astype(jnp.float32)
+                _, state, _, _, info = env.step_env(
+                    jax.random.fold_in(episode_key, t), state, actions, params
+                )
+                return state, (info["market_price"], info["exec_qty"], info["exec_price"])
+
+            _, out = jax.lax.scan(minute, state, jnp.arange(2 * duration))
+            return out
+
+        return jax.vmap(one)(episodes)
+
+    return jax.jit(run)
+
+
 def round_trip_profit_bps(
     multi_agent_env_class,
     params: EnvParams,
@@ -460,37 +501,10 @@ def round_trip_profit_bps(
     the mean over days of ``(sell price - buy price)`` against the undisturbed market's
     prices at the same fills, bps of the arrival price (module docstring)."""
 
-    def profile(_key, agent, _n_agents, env_params):
-        return AgentProfile(
-            side=jnp.where(agent == 0, -1.0, 1.0).astype(jnp.float32),
-            quantity=jnp.float32(1.0),
-            start=jnp.int32(start) + agent * duration,
-            window_len=jnp.int32(duration),
-            urgency=jnp.float32(0.0),
-        )
-
-    env = multi_agent_env_class(2, "independent", profile_fn=profile)
+    run = _round_trip_program(multi_agent_env_class, int(start), int(duration))
     per_window = REFERENCE_SIZE / params.order_fraction
-
-    def one(episode, multiplier):
-        state = env.init_state(params.replace(order_fraction=params.order_fraction * multiplier),
-                               episode, key)  # fmt: skip
-        episode_key = jax.random.fold_in(key, episode)
-
-        def minute(state, t):
-            agents = state.agents
-            actions = 1.0 / jnp.maximum(agents.window_len - agents.time, 1).astype(jnp.float32)
-            _, state, _, _, info = env.step_env(
-                jax.random.fold_in(episode_key, t), state, actions, params
-            )
-            return state, (info["market_price"], info["exec_qty"], info["exec_price"])
-
-        _, out = jax.lax.scan(minute, state, jnp.arange(2 * duration))
-        return out
-
-    run = jax.jit(jax.vmap(one, in_axes=(0, None)))
-    base_price, _, _ = jax.device_get(run(episodes, 0.0))
-    _, qty, paid = jax.device_get(run(episodes, per_window))
+    base_price, _, _ = jax.device_get(run(params, episodes, jnp.float32(0.0), key))
+    _, qty, paid = jax.device_get(run(params, episodes, jnp.float32(per_window), key))
     # [E, 2D, 2 agents]: each agent's average fill against the undisturbed prices
     excess = (qty * (paid - base_price)).sum(1) / qty.sum(1)
     arrival = base_price[:, 0, 0]

@@ -35,6 +35,7 @@ def test_overrides_are_typed_and_applied():
         ("env.side=0", "env.side: expected 1 (sell) or -1 (buy)"),
         ("env.child_quantity=pov", "env.child_quantity: expected one of"),
         ("market.child_order=iceberg", "market.child_order: expected market, passive or sliced"),
+        ("market.child_slices=-1", "market.child_slices: expected an int >= 0, got -1"),
         ("bogus.key=1", "bogus: unknown section"),
         ("ppo.num_minibatches=7", "ppo.num_minibatches=7 must divide"),
         ("novalue", "expected section.key=value"),

@@ -529,6 +529,29 @@ def test_sliced_child_orders_in_the_dynamic_market(setup):
     assert float(forced.inventory) < float(forced_at_once.inventory)
 
 
+def test_a_sliced_child_order_in_fewer_parts(setup):
+    """``child_slices``: one part a minute is the whole child order at the first round
+    (deeper into the bids than six parts, so a lower average price for the seller), six
+    are the default; a count above the book's rounds is a one-line error."""
+    sliced = setup["dynamic"].replace(child_order="sliced")
+    step = jax.jit(ENV.step_env)
+    state = ENV.init_state(sliced, 0, 0, sliced.data.num_slots)
+    _, _, _, _, six = step(KEY, state, jnp.float32(0.05), sliced)
+    _, _, _, _, one = step(KEY, state, jnp.float32(0.05), sliced.replace(child_slices=1))
+    _, _, _, _, default = step(KEY, state, jnp.float32(0.05), sliced.replace(child_slices=6))
+    assert float(one["exec_price"]) < float(six["exec_price"])
+    assert float(default["exec_price"]) == float(six["exec_price"])
+    assert float(default["exec_qty"]) == float(six["exec_qty"])
+    rounds = setup["market"].rounds_per_minute
+    with pytest.raises(
+        ValueError,
+        match=rf"^child_slices must be in \[0, rounds_per_minute = {rounds}\], got {rounds + 1}$",
+    ):
+        DynamicEnvParams.from_static(
+            setup["static"], setup["stats"], setup["market"], "sliced", child_slices=rounds + 1
+        )
+
+
 # --------------------------------------------------------------------------- engines
 
 

@@ -18,9 +18,10 @@ Per step (minute ``s = start + t``):
    cap: the book's depth is the liquidity constraint, and what a market order cannot
    fill stays in the inventory. A ``"sliced"`` child order is the market order split
    evenly over the minute's trading rounds (a TWAP within the minute,
-   :func:`~serl_jax.market.simulator.sliced_quantity`), so that its later parts meet the
-   informed traders' response to its earlier ones, as a large order worked in a real
-   book does. A participation child order
+   :func:`~serl_jax.market.simulator.sliced_quantity`; ``child_slices`` parts at evenly
+   spaced rounds, or one per round), so that its later parts meet the informed traders'
+   response to its earlier ones, as a large order worked in a real book does. A
+   participation child order
    (``EnvParams.child_quantity="participation"``, market child orders) is worked over the
    minute instead (:class:`~serl_jax.market.simulator.ParticipationOrder`): at the start
    of every round a market order keeps its fills at the rate ``a_t * I_t / V̂_s`` of the
@@ -99,6 +100,8 @@ class DynamicEnvParams(EnvParams):
         vol_window: rolling-volatility window of the features, minutes (static).
         child_order: ``"market"``, ``"passive"`` or ``"sliced"`` (static), see the module
             docstring.
+        child_slices: a sliced child order's parts, sent at evenly spaced trading rounds
+            (static; 0: one per round, ``market.rounds_per_minute`` parts).
         lob_engine: ``"vmap"`` or ``"batched"`` (static): the order-book engine the
             market runs on (:mod:`serl_jax.lob.engine`; same fills, speed per backend).
     """
@@ -108,6 +111,7 @@ class DynamicEnvParams(EnvParams):
     feature_std: Any = None
     vol_window: int = struct.field(pytree_node=False, default=15)
     child_order: str = struct.field(pytree_node=False, default="market")
+    child_slices: int = struct.field(pytree_node=False, default=0)
     lob_engine: str = struct.field(pytree_node=False, default="vmap")
 
     @classmethod
@@ -118,6 +122,7 @@ class DynamicEnvParams(EnvParams):
         market: MarketParams,
         child_order: str = "market",
         lob_engine: str = "vmap",
+        child_slices: int = 0,
     ) -> DynamicEnvParams:
         """The dynamic twin of static parameters over the same episodes.
 
@@ -128,9 +133,11 @@ class DynamicEnvParams(EnvParams):
             child_order: ``"market"``, ``"passive"`` or ``"sliced"``.
             lob_engine: ``"vmap"`` or ``"batched"`` (resolve a configured ``"auto"`` with
                 :func:`serl_jax.lob.engine.resolve_engine`).
+            child_slices: a sliced child order's parts (0: one per trading round).
 
         Raises:
-            ValueError: for an unknown ``child_order`` or ``lob_engine``, statistics whose
+            ValueError: for an unknown ``child_order`` or ``lob_engine``, ``child_slices``
+                outside ``[0, market.rounds_per_minute]``, statistics whose
                 features do not match the environment's, or a decision interval
                 (``params.step_minutes`` > 1, static market only).
         """
@@ -141,6 +148,11 @@ class DynamicEnvParams(EnvParams):
             )
         if child_order not in CHILD_ORDERS:
             raise ValueError(f"child_order must be one of {CHILD_ORDERS}, got {child_order!r}")
+        if not 0 <= child_slices <= market.rounds_per_minute:
+            raise ValueError(
+                f"child_slices must be in [0, rounds_per_minute = {market.rounds_per_minute}]"
+                f", got {child_slices}"
+            )
         if lob_engine not in ("vmap", "batched"):
             raise ValueError(f"lob_engine must be 'vmap' or 'batched', got {lob_engine!r}")
         if params.diagnostic_volume_leak:
@@ -158,6 +170,7 @@ class DynamicEnvParams(EnvParams):
             feature_std=jnp.asarray(np.asarray(stats.feature_std), jnp.float32),
             vol_window=int(stats.vol_window),
             child_order=child_order,
+            child_slices=int(child_slices),
             lob_engine=lob_engine,
         )
 
@@ -378,6 +391,7 @@ class DynamicExecutionEnv(ExecutionEnv):
                 owner=jnp.asarray(FIRST_AGENT_OWNER + agent, jnp.int32),
                 order_id=jnp.asarray(AGENT_ORDER_ID + agent, jnp.int32),
                 sliced=jnp.bool_(True),
+                parts=jnp.int32(params.child_slices),
             )
             return order, jnp.zeros_like(qty)
         return None, qty
@@ -400,6 +414,7 @@ class DynamicExecutionEnv(ExecutionEnv):
             owner=jnp.asarray(FIRST_AGENT_OWNER + agent, jnp.int32),
             order_id=jnp.asarray(AGENT_ORDER_ID + agent, jnp.int32),
             sliced=jnp.bool_(False),
+            parts=jnp.int32(0),
         )
         return order, works
 

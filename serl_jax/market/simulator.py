@@ -130,6 +130,8 @@ class ParticipationOrder:
         order_id: ``int32`` (``[N]``) the ids of their messages.
         sliced: ``bool`` (``[N]``) an even split of ``limit`` over the rounds instead of
             a POV order.
+        parts: ``int32`` (``[N]``) a sliced order's parts, sent at evenly spaced rounds
+            (:func:`sliced_quantity`; 0: one per round).
     """
 
     side: jax.Array
@@ -138,6 +140,7 @@ class ParticipationOrder:
     owner: jax.Array
     order_id: jax.Array
     sliced: jax.Array
+    parts: jax.Array = 0
 
 
 def participation_quantity(rate, volume_seen, done, limit) -> jax.Array:
@@ -148,13 +151,18 @@ def participation_quantity(rate, volume_seen, done, limit) -> jax.Array:
     return jnp.clip(target - done, 0, jnp.maximum(limit - done, 0)).astype(jnp.int32)
 
 
-def sliced_quantity(limit, done, round_index, rounds: int) -> jax.Array:
+def sliced_quantity(limit, done, round_index, rounds: int, parts=0) -> jax.Array:
     """Shares a sliced order sends at the start of round ``round_index`` (0-based) of
-    ``rounds``: ``clip(floor(limit * (round_index + 1) / rounds) - done, 0, limit -
-    done)``, ``int32`` (``done`` its own executed shares), so that a book which fills
-    every part has executed ``limit`` shares after the last round."""
+    ``rounds``: ``clip(floor(limit * k / parts) - done, 0, limit - done)``, ``int32``,
+    with ``k = floor(round_index * parts / rounds) + 1`` the parts due by this round
+    (``done`` its own executed shares; ``parts`` 0 means ``rounds``: one part per round,
+    ``k = round_index + 1``). Part ``j`` is due at round ``ceil(j * rounds / parts)``,
+    so the parts are evenly spaced from round 0, and a book which fills every part has
+    executed ``limit`` shares after the last round."""
     limit = jnp.asarray(limit, jnp.int32)
-    target = (limit * (round_index + 1)) // rounds
+    parts = jnp.where(jnp.asarray(parts) > 0, parts, rounds).astype(jnp.int32)
+    due = (round_index * parts) // rounds + 1
+    target = (limit * due) // parts
     return jnp.clip(target - done, 0, jnp.maximum(limit - done, 0)).astype(jnp.int32)
 
 
@@ -450,7 +458,11 @@ def run_minute(
             qty = jnp.where(
                 participation.sliced,
                 sliced_quantity(
-                    participation.limit, pov_done, round_index, params.rounds_per_minute
+                    participation.limit,
+                    pov_done,
+                    round_index,
+                    params.rounds_per_minute,
+                    participation.parts,
                 ),
                 participation_quantity(participation.rate, pov_seen, pov_done, participation.limit),
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -10,8 +11,15 @@ import pandas as pd
 import pytest
 
 from serl_jax import calibrate
-from serl_jax.calibrate import fit_agent_impact, fit_error, main, update_params
+from serl_jax.calibrate import (
+    fit_agent_impact,
+    fit_error,
+    main,
+    next_agent_impact,
+    update_params,
+)
 from serl_jax.config import load_config
+from serl_jax.impact import ImpactReport
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.market.statistics import STAT_COLUMNS, MarketStatistics
 
@@ -103,6 +111,16 @@ def test_cli_rejects_bad_arguments(capsys):
     assert capsys.readouterr().err.startswith("error: ")
 
 
+REPORT = ImpactReport(
+    market="lob", dataset="stub", days=2, duration_minutes=60, starts=(30,), delta=0.5,
+    y=0.7, delta_se=None, post_fraction_1x=0.7, post_fraction_2x=0.5,
+    twap_cost_over_sqrt_law=1.0, reslice_change=0.0, reslice_change_se=None,
+    executed_fraction=1.0, reslice_executed_fraction=1.0, round_trip_bps=-1.0,
+    participation=(0.1,), gap_windows=0, peak_sigma=(0.2,), peak_sigma_se=(0.01,),
+    relaxation=(0.0,),
+)  # fmt: skip
+"""An impact report whose ``y`` the fit's tests replace (the rest is not read)."""
+
 TINY_IMPACT_FIT = [
     "--data", "sample:cn_1min", "--iterations", "0", "--days", "1", "--impact-days", "2",
 ]  # fmt: skip
@@ -112,8 +130,77 @@ TINY_IMPACT_FIT = [
 def test_the_agent_impact_fit_rejects_bad_targets(capsys):
     assert main(["--data", "sample:cn_1min", "--agent-impact-y", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: --agent-impact-y must be > 0, got 0.0"
-    with pytest.raises(ValueError, match="need target_y > 0 and iterations >= 1"):
+    assert main(["--data", "sample:cn_1min", "--agent-impact-steps", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --agent-impact-steps must be >= 1, got 0"
+    with pytest.raises(ValueError, match="need target_y > 0, iterations >= 1 and tolerance"):
         fit_agent_impact(None, MarketParams(), days=2, iterations=0)
+    with pytest.raises(ValueError, match="got 0.7, 6 and -0.1"):
+        fit_agent_impact(None, MarketParams(), days=2, tolerance=-0.1)
+
+
+@pytest.mark.parametrize(
+    "points, expected",
+    [
+        ([(10.0, 0.35)], 20.0),  # one point: proportional, 10 * 0.7 / 0.35
+        # the US sliced fit's two steps of 2026-11-29: the secant, 34.483 + 0.318 / slope
+        ([(5.0, 0.101), (34.483, 0.382)], 34.483 + 0.318 * 29.483 / 0.281),
+        ([(10.0, 0.5), (30.0, 0.9)], 20.0),  # the secant, inside the bracket (10, 30)
+        # a falling secant: proportional from the last point, 20 * 0.7 / 0.95, inside (10, 20)
+        ([(10.0, 0.5), (30.0, 0.9), (20.0, 0.95)], 20.0 * 0.7 / 0.95),
+        # a secant (to -60) that leaves the bracket (10, 30): its geometric midpoint
+        ([(10.0, 0.5), (40.0, 0.8), (30.0, 0.79)], 300.0**0.5),
+        # no bracket and a secant to 0: proportional from the last point
+        ([(10.0, 0.8), (20.0, 0.9)], 20.0 * 0.7 / 0.9),
+    ],
+)
+def test_the_agent_impact_search_steps_by_hand(points, expected):
+    assert next_agent_impact(points, 0.7) == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_agent_impact_search_needs_a_point():
+    with pytest.raises(ValueError, match="need at least one measured point"):
+        next_agent_impact([], 0.7)
+
+
+def test_the_agent_impact_fit_stops_within_its_tolerance(cn_market, monkeypatch):
+    """On a book whose Y is affine in the coefficient (0.1 + 0.01 c), the proportional
+    step then one secant step land on the target (c = 60): three measurements, and the
+    last is the report returned."""
+    tried = []
+
+    def affine_book(env, multi_env, book, **kwargs):
+        bps = float(book.market.agent_flow_impact_bps)
+        tried.append(bps)
+        return dataclasses.replace(REPORT, y=0.1 + 0.01 * bps)
+
+    monkeypatch.setattr(calibrate, "measure_impact", affine_book)
+    lines = []
+    market, report = fit_agent_impact(cn_market, MarketParams(), days=2, log=lines.append)
+    assert tried == pytest.approx([5.0, 5.0 * 0.7 / 0.15, 60.0])
+    assert market.agent_flow_impact_bps == pytest.approx(60.0)
+    assert report.y == pytest.approx(0.7)
+    assert lines[2].endswith("Y 0.700: within 5%")
+
+
+def test_the_agent_impact_fit_says_when_it_does_not_converge(cn_market, monkeypatch):
+    """A book that never responds enough: every step tried, the last coefficient kept."""
+    tried = []
+
+    def weak_book(env, multi_env, book, **kwargs):
+        tried.append(float(book.market.agent_flow_impact_bps))
+        return dataclasses.replace(REPORT, y=0.35)
+
+    monkeypatch.setattr(calibrate, "measure_impact", weak_book)
+    lines = []
+    market, report = fit_agent_impact(
+        cn_market, MarketParams(), days=2, iterations=2, log=lines.append
+    )
+    assert tried == pytest.approx([5.0, 10.0, 20.0])  # proportional: no secant rises
+    assert market.agent_flow_impact_bps == pytest.approx(20.0)
+    assert lines[2] == (
+        "agent impact: not within 5% of Y 0.7 after 2 steps; kept agent_flow_impact_bps "
+        "20.000 (Y 0.350)"
+    )
 
 
 def test_the_agent_impact_fit_names_the_coefficient_without_a_measurable_impact(
@@ -136,27 +223,33 @@ def test_the_agent_impact_fit_names_the_coefficient_without_a_measurable_impact(
 
 @pytest.mark.slow
 def test_cli_fits_the_agents_own_impact_to_the_square_root_law(tmp_path, capsys):
-    """Each step multiplies the coefficient by 0.7 / Y (read back from the log); the
-    written book has the agents' memory and the last coefficient. Sliced child orders
+    """The first step multiplies the coefficient by 0.7 / Y, later ones follow
+    :func:`next_agent_impact` through the points printed so far (read back from the log,
+    3 decimals); the search ends within 5% of 0.7 or says it did not, and the written book
+    has the agents' memory and the last coefficient measured. Sliced child orders
     (``--child-order sliced``) are measured as such: another Y at the same start."""
     first_y = {}
     for child_order in ("market", "sliced"):
         out = tmp_path / f"{child_order}.yaml"
-        argv = [*TINY_IMPACT_FIT, "--fit-agent-impact", "--child-order", child_order]
+        argv = [*TINY_IMPACT_FIT, "--fit-agent-impact", "--agent-impact-steps", "2"]
+        argv += ["--child-order", child_order]
         assert main([*argv, "--out", str(out)]) == 0
+        lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("agent impact")]
         steps = [
-            [float(x) for x in re.findall(r"[-+]?\d+\.\d+", line)]
-            for line in capsys.readouterr().out.splitlines()
-            if line.startswith("agent impact ")
+            [float(x) for x in re.findall(r"[-+]?\d+\.\d+", line)] for line in lines if "->" in line
         ]
-        assert len(steps) == 2 and steps[0][0] == 5.0  # the default coefficient, 5 bps
-        for bps, _delta, y, scaled in steps:  # each printed to 3 decimals
-            rounding = 5e-4 / bps + 5e-4 / y + 5e-4 / scaled
-            assert scaled == pytest.approx(bps * 0.7 / y, rel=rounding)
-        assert steps[1][0] == pytest.approx(steps[0][3], abs=1e-3)
+        assert steps[0][0] == 5.0  # the default coefficient, 5 bps
+        bps, _delta, y, scaled = steps[0]  # each printed to 3 decimals
+        assert scaled == pytest.approx(bps * 0.7 / y, rel=5e-4 / bps + 5e-4 / y + 5e-4 / scaled)
+        points = [(n[0], n[2]) for n in steps]
+        for i, step in enumerate(steps[1:], start=1):
+            assert step[0] == pytest.approx(steps[i - 1][3], abs=1e-3)
+            assert step[3] == pytest.approx(next_agent_impact(points[: i + 1], 0.7), rel=1e-2)
+        final = lines[-1]
+        assert final.endswith(": within 5%") or "not within 5% of Y 0.7 after 2 steps" in final
         market = load_market_params(out)
         assert market.agent_flow_memory == 1
-        assert market.agent_flow_impact_bps == pytest.approx(steps[1][3], abs=1e-3)
+        assert market.agent_flow_impact_bps == pytest.approx(steps[-1][3], abs=1e-3)
         first_y[child_order] = steps[0][2]
     assert first_y["sliced"] != first_y["market"]
 

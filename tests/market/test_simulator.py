@@ -299,9 +299,28 @@ def test_sliced_quantity_by_hand():
     assert int(sliced_quantity(0, 0, 5, 6)) == 0
 
 
-def _pov_minute(rate, limit, participate=True, sliced=False):
-    """One noisy minute (default populations, 6 rounds) with a selling POV (or sliced)
-    order."""
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        (0, [3, 3, 4, 3, 3, 4]),  # one part per round, as above
+        (6, [3, 3, 4, 3, 3, 4]),
+        (1, [20, 0, 0, 0, 0, 0]),  # all at round 0
+        (2, [10, 0, 0, 10, 0, 0]),  # parts due at rounds 0 and 3
+        (3, [6, 0, 7, 0, 7, 0]),  # targets floor(20 k / 3) = 6, 13, 20 at rounds 0, 2, 4
+        (4, [5, 0, 5, 5, 0, 5]),  # parts at rounds ceil(6 j / 4) = 0, 2, 3, 5
+    ],
+)
+def test_a_sliced_order_in_fewer_parts_by_hand(parts, expected):
+    done, sent = 0, []
+    for r in range(6):
+        sent.append(int(sliced_quantity(20, done, r, 6, parts)))
+        done += sent[-1]
+    assert sent == expected and done == 20
+
+
+def _pov_minute(rate, limit, participate=True, sliced=False, parts=0):
+    """One noisy minute (default populations, 6 rounds) with a selling POV (or sliced,
+    in ``parts`` parts) order."""
     params = MarketParams()
     state = reset_market(1000.5, 500.0, params)
     noop = _orders((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))
@@ -312,6 +331,7 @@ def _pov_minute(rate, limit, participate=True, sliced=False):
         owner=jnp.int32(FIRST_AGENT_OWNER),
         order_id=jnp.int32(AGENT_ORDER_ID),
         sliced=jnp.bool_(sliced),
+        parts=jnp.int32(parts),
     )
     path = jnp.full((params.rounds_per_minute,), 1000.5)
     return run_minute(
@@ -349,6 +369,18 @@ def test_a_sliced_child_order_sells_its_limit_over_the_rounds():
     assert int(idle.position_change[FIRST_AGENT_OWNER]) == 0
     _, pov = _pov_minute(0.0, 37)
     assert int(pov.position_change[FIRST_AGENT_OWNER]) == 0
+
+
+def test_a_sliced_child_order_in_two_parts_sells_its_limit():
+    """Two parts a minute sell the same 37 shares as six in a deep book, and six parts
+    given as 6 are the default 0 to the last cent."""
+    _, six = _pov_minute(0.0, 37, sliced=True)
+    _, two = _pov_minute(0.0, 37, sliced=True, parts=2)
+    _, also_six = _pov_minute(0.0, 37, sliced=True, parts=6)
+    assert -int(two.position_change[FIRST_AGENT_OWNER]) == 37
+    assert float(also_six.cash_change[FIRST_AGENT_OWNER]) == float(
+        six.cash_change[FIRST_AGENT_OWNER]
+    )
 
 
 def test_a_pov_child_order_stops_at_its_limit():
