@@ -27,6 +27,7 @@ from serl_jax.evaluation import rollout
 from serl_jax.experiment import calibrated_market, dynamic_env_params, load_splits, train_policy
 from serl_jax.impact import (
     REFERENCE_SIZE,
+    _round_trip_program,
     fit_propagator,
     fit_square_root_law,
     measure_impact,
@@ -143,7 +144,10 @@ def test_several_windows_a_day_are_averaged_per_day_and_clustered_by_day():
             dataset="cn_1min", duration=20, starts=starts, days=6, sizes=(0.01, 0.05, 0.2),
         )  # fmt: skip
 
-    early, late, both, twice = report((30,)), report((90,)), report((30, 90)), report((30, 30))
+    early, late, both = report((30,)), report((90,)), report((30, 90))
+    compiled = _round_trip_program.cache_info()
+    twice = report((30, 30))  # the round trip's window 30 is not compiled again
+    assert _round_trip_program.cache_info().misses == compiled.misses
     assert (early.days, both.days, both.starts, twice.starts) == (6, 6, (30, 90), (30, 30))
     assert min(early.peak_sigma_se) > 0  # the days differ
     for name in ("participation", "peak_sigma"):
