@@ -19,8 +19,9 @@ Per step (minute ``s = start + t``):
    fill stays in the inventory. A ``"sliced"`` child order is the market order split
    evenly over the minute's trading rounds (a TWAP within the minute,
    :func:`~serl_jax.market.simulator.sliced_quantity`; ``child_slices`` parts at evenly
-   spaced rounds, or one per round), so that its later parts meet the informed traders'
-   response to its earlier ones, as a large order worked in a real book does. A
+   spaced rounds, or one per round; each part is booked first in its round and the
+   round's other orders see the book it left), so that its later parts meet the informed
+   traders' response to its earlier ones, as a large order worked in a real book does. A
    participation child order
    (``EnvParams.child_quantity="participation"``, market child orders) is worked over the
    minute instead (:class:`~serl_jax.market.simulator.ParticipationOrder`): at the start

@@ -399,6 +399,26 @@ def _concat(*parts: Message) -> Message:
     return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
 
 
+def _book_agent_messages(state: MarketState, messages: Message, volume_unit, params, engine):
+    """Books the agents' messages ahead of everyone else's (the minute's child orders, or
+    a round's worked parts): the book, the mid after their trades and the informed
+    traders' flow memory are updated, their flow entering it without a decay. Returns
+    ``(state, position_change, cash_change, volume, signed_volume)``; positions and cash
+    are the caller's to apply."""
+    book, trades = book_messages(
+        state.book, messages, max_trades=state.book.capacity, engine=engine
+    )
+    position_change, cash_change, volume = settle(trades, state.num_owners)
+    signed_volume, agent_flow, _ = signed_flow(trades)
+    mid = round_view(book, last_trade_price(trades, state.reference)).reference
+    state = state.replace(book=book, reference=mid)
+    if params.agent_flow_memory:
+        state = state.replace(agent_flow=state.agent_flow + agent_flow / volume_unit)
+    else:
+        state = state.replace(order_flow=state.order_flow + agent_flow / volume_unit)
+    return state, position_change, cash_change, volume, signed_volume
+
+
 def run_minute(
     state: MarketState,
     agent_messages: Message,
@@ -425,8 +445,9 @@ def run_minute(
         key: PRNG key of this minute.
         params: market parameters.
         participation: agents' POV or sliced child orders worked over the rounds
-            (:class:`ParticipationOrder`; their market orders go first in each round, in
-            agent order), or None.
+            (:class:`ParticipationOrder`; their market orders are booked first in each
+            round, in agent order, and the round's other orders are computed from the
+            book they leave), or None.
         engine: static; the order-book engine, ``"vmap"`` or ``"batched"``
             (:mod:`serl_jax.lob.engine`; the same result, the speed differs by backend).
 
@@ -436,24 +457,16 @@ def run_minute(
     capacity = state.book.capacity
     n_owners = state.num_owners
     volume_unit = jnp.asarray(volume_unit, jnp.float32)
-    book, trades = book_messages(state.book, agent_messages, max_trades=capacity, engine=engine)
-    position_change, cash_change, volume = settle(trades, n_owners)
-    # the agents' messages: their flow enters the memory without a decay
-    signed_volume, agent_flow, _ = signed_flow(trades)
-    first_mid = round_view(book, last_trade_price(trades, state.reference)).reference
-    state = state.replace(book=book, reference=first_mid)
-    if params.agent_flow_memory:
-        state = state.replace(agent_flow=state.agent_flow + agent_flow / volume_unit)
-    else:
-        state = state.replace(order_flow=state.order_flow + agent_flow / volume_unit)
+    state, position_change, cash_change, volume, signed_volume = _book_agent_messages(
+        state, agent_messages, volume_unit, params, engine
+    )
+    first_mid = state.reference
     n_informed, n_momentum = params.informed_slots, params.momentum_slots
     u = jax.random.uniform(key, (params.rounds_per_minute, uniforms_per_round(params)))
 
     def trading_round(carry, inputs):
         st, position_change, cash_change, volume, signed_volume, pov_done, pov_seen = carry
         fundamental, u, round_index = inputs
-        view = round_view(st.book, st.reference)
-        pov = ()
         if participation is not None:
             qty = jnp.where(
                 participation.sliced,
@@ -470,16 +483,27 @@ def run_minute(
             def field(x):
                 return jnp.atleast_1d(jnp.asarray(x, jnp.int32))
 
-            pov = (
-                Message(
-                    kind=field(jnp.where(qty > 0, MARKET, 0)),
-                    side=field(participation.side),
-                    price=field(jnp.zeros_like(qty)),
-                    qty=field(qty),
-                    order_id=field(participation.order_id),
-                    owner=field(participation.owner),
-                ),
+            worked = Message(
+                kind=field(jnp.where(qty > 0, MARKET, 0)),
+                side=field(participation.side),
+                price=field(jnp.zeros_like(qty)),
+                qty=field(qty),
+                order_id=field(participation.order_id),
+                owner=field(participation.owner),
             )
+            # the parts trade first and the round's other orders see the book they
+            # left, as the minute's child orders do; booked in one batch with orders
+            # computed from the book before them, quotes refill at pre-trade prices and
+            # a part's impact stops growing with its size
+            st, d_position, d_cash, d_volume, d_signed = _book_agent_messages(
+                st, worked, volume_unit, params, engine
+            )
+            st = st.replace(position=st.position + d_position, cash=st.cash + d_cash)
+            own = jnp.abs(d_position[participation.owner])  # market orders: the aggressor
+            pov_done, pov_seen = pov_done + own, pov_seen + (d_volume - own)  # other agents'
+            position_change, cash_change = position_change + d_position, cash_change + d_cash
+            volume, signed_volume = volume + d_volume, signed_volume + d_signed
+        view = round_view(st.book, st.reference)
         value = fundamental * jnp.exp(value_shift(st, params))
         informed, informed_ring, next_id = informed_orders(
             view, st.informed, st.next_order_id, value, u[:n_informed], params, volume_unit
@@ -499,14 +523,12 @@ def run_minute(
         maker = market_maker_orders(view, st.position[MARKET_MAKER], st.round, params, volume_unit)
         book, trades = book_messages(
             st.book,
-            _concat(*pov, informed, momentum, noise, maker),
+            _concat(informed, momentum, noise, maker),
             max_trades=capacity,
             engine=engine,
         )
         d_position, d_cash, d_volume = settle(trades, n_owners)
-        if participation is not None:  # its market orders never rest: it is the aggressor
-            own = jnp.abs(d_position[participation.owner])
-            pov_done, pov_seen = pov_done + own, pov_seen + (d_volume - own)
+        pov_seen = pov_seen + d_volume  # the other traders' (the parts never rest)
         d_signed, flow, agents_flow = signed_flow(trades)
         mid = round_view(book, last_trade_price(trades, view.reference)).reference
         st = st.replace(

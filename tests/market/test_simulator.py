@@ -383,6 +383,41 @@ def test_a_sliced_child_order_in_two_parts_sells_its_limit():
     )
 
 
+def test_a_one_part_sliced_order_trades_as_a_market_child_order():
+    """A worked part is booked first in its round and the round's other orders see the
+    book it left, as they see the book a market child order left at the minute's start:
+    a sliced sell of 200 shares in one part (all at round 0, through four bid levels)
+    and the same shares sent as the minute's market order leave every owner the same
+    position, the same volume, mid and agents' flow memory. Booked in one batch with the
+    round's other orders (computed from the book before it), the part left three other
+    owners' positions different and the mid half a tick higher, 999.5 against 999.0."""
+    params = MarketParams(agent_flow_memory=1, agent_flow_impact_bps=20.0)
+    state = reset_market(1000.5, 500.0, params)
+    noop = _orders((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))
+    market_order = _orders(
+        (MARKET, SELL, 0, 200, AGENT_ORDER_ID, FIRST_AGENT_OWNER), (0, 0, 0, 0, 0, 0)
+    )
+    one_part = ParticipationOrder(
+        side=jnp.int32(SELL),
+        rate=jnp.float32(0.0),
+        limit=jnp.int32(200),
+        owner=jnp.int32(FIRST_AGENT_OWNER),
+        order_id=jnp.int32(AGENT_ORDER_ID),
+        sliced=jnp.bool_(True),
+        parts=jnp.int32(1),
+    )
+    path = jnp.full((params.rounds_per_minute,), 1000.5)
+    key = jax.random.PRNGKey(3)
+    at_once_state, at_once = run_minute(state, market_order, path, 1.0, 500.0, key, params)
+    worked_state, worked = run_minute(state, noop, path, 1.0, 500.0, key, params, one_part)
+    assert -int(worked.position_change[FIRST_AGENT_OWNER]) == 200
+    np.testing.assert_array_equal(worked.position_change, at_once.position_change)
+    np.testing.assert_array_equal(worked.cash_change, at_once.cash_change)
+    assert int(worked.volume) == int(at_once.volume)
+    assert float(worked.mid) == float(at_once.mid) == 999.0
+    assert float(worked_state.agent_flow) == float(at_once_state.agent_flow)
+
+
 def test_a_pov_child_order_stops_at_its_limit():
     _, minute = _pov_minute(50.0, 37)
     assert -int(minute.position_change[FIRST_AGENT_OWNER]) == 37
