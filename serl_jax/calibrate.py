@@ -436,8 +436,9 @@ def fit_agent_impact(
     measurements are paired, and moves the coefficient by :func:`next_agent_impact`
     (a proportional step, then safeguarded secant steps). It stops at the first
     measurement within ``tolerance`` of the target; one that never gets there says so in
-    the log and returns the last coefficient tried. The background is untouched: without
-    agent orders the market is the same with either memory.
+    the log and returns the coefficient whose ``Y`` was nearest the target. The
+    background is untouched: without agent orders the market is the same with either
+    memory.
 
     Args:
         splits: the dataset (its training days are measured).
@@ -489,18 +490,21 @@ def fit_agent_impact(
         return report
 
     points: list[tuple[float, float]] = []
+    tried: list[tuple[MarketParams, ImpactReport]] = []
     for i in range(iterations + 1):
         report = measure(market)
         coefficient = market.agent_flow_impact_bps
         points.append((coefficient, report.y))
+        tried.append((market, report))
         if abs(report.y / target_y - 1) <= tolerance:
             log(f"agent impact {i}: agent_flow_impact_bps {coefficient:.3f}: "
                 f"delta {report.delta:.3f}, Y {report.y:.3f}: within {tolerance:.0%}")  # fmt: skip
             break
-        if i == iterations:
+        if i == iterations:  # a noisy or non-monotone response: the nearest point measured
+            market, report = min(tried, key=lambda pair: abs(pair[1].y / target_y - 1))
             log(f"agent impact: not within {tolerance:.0%} of Y {target_y} after "
-                f"{iterations} steps; kept agent_flow_impact_bps {coefficient:.3f} "
-                f"(Y {report.y:.3f})")  # fmt: skip
+                f"{iterations} steps; kept the nearest, agent_flow_impact_bps "
+                f"{market.agent_flow_impact_bps:.3f} (Y {report.y:.3f})")  # fmt: skip
             break
         scaled = next_agent_impact(points, target_y)
         log(f"agent impact {i}: agent_flow_impact_bps {coefficient:.3f}: "

@@ -183,23 +183,26 @@ def test_the_agent_impact_fit_stops_within_its_tolerance(cn_market, monkeypatch)
 
 
 def test_the_agent_impact_fit_says_when_it_does_not_converge(cn_market, monkeypatch):
-    """A book that never responds enough: every step tried, the last coefficient kept."""
-    tried = []
+    """A noisy book (Y 0.5, 0.8, 0.4 at the coefficients tried): every step taken, and the
+    coefficient whose Y was nearest 0.7 kept with its report."""
+    tried, answers = [], iter([0.5, 0.8, 0.4])
 
-    def weak_book(env, multi_env, book, **kwargs):
+    def noisy_book(env, multi_env, book, **kwargs):
         tried.append(float(book.market.agent_flow_impact_bps))
-        return dataclasses.replace(REPORT, y=0.35)
+        return dataclasses.replace(REPORT, y=next(answers))
 
-    monkeypatch.setattr(calibrate, "measure_impact", weak_book)
+    monkeypatch.setattr(calibrate, "measure_impact", noisy_book)
     lines = []
     market, report = fit_agent_impact(
         cn_market, MarketParams(), days=2, iterations=2, log=lines.append
     )
-    assert tried == pytest.approx([5.0, 10.0, 20.0])  # proportional: no secant rises
-    assert market.agent_flow_impact_bps == pytest.approx(20.0)
+    # 5 * 0.7 / 0.5 = 7, then the secant through (5, 0.5) and (7, 0.8): 7 - 0.1 / 0.15
+    assert tried == pytest.approx([5.0, 7.0, 7.0 - 0.1 / 0.15])
+    assert market.agent_flow_impact_bps == pytest.approx(7.0)
+    assert report.y == 0.8
     assert lines[2] == (
-        "agent impact: not within 5% of Y 0.7 after 2 steps; kept agent_flow_impact_bps "
-        "20.000 (Y 0.350)"
+        "agent impact: not within 5% of Y 0.7 after 2 steps; kept the nearest, "
+        "agent_flow_impact_bps 7.000 (Y 0.800)"
     )
 
 
@@ -246,10 +249,17 @@ def test_cli_fits_the_agents_own_impact_to_the_square_root_law(tmp_path, capsys)
             assert step[0] == pytest.approx(steps[i - 1][3], abs=1e-3)
             assert step[3] == pytest.approx(next_agent_impact(points[: i + 1], 0.7), rel=1e-2)
         final = lines[-1]
-        assert final.endswith(": within 5%") or "not within 5% of Y 0.7 after 2 steps" in final
         market = load_market_params(out)
         assert market.agent_flow_memory == 1
-        assert market.agent_flow_impact_bps == pytest.approx(steps[-1][3], abs=1e-3)
+        if final.endswith(": within 5%"):  # the last coefficient measured
+            assert market.agent_flow_impact_bps == pytest.approx(steps[-1][3], abs=1e-3)
+        else:  # one of the three measured, no printed one nearer 0.7
+            assert "not within 5% of Y 0.7 after 2 steps; kept the nearest" in final
+            kept, kept_y = (float(x) for x in re.findall(r"\d+\.\d+", final)[-2:])
+            measured = [step[0] for step in steps] + [steps[-1][3]]
+            assert min(abs(kept - c) for c in measured) < 1e-3
+            assert all(abs(kept_y / 0.7 - 1) <= abs(step[2] / 0.7 - 1) + 1e-3 for step in steps)
+            assert market.agent_flow_impact_bps == pytest.approx(kept, abs=1e-3)
         first_y[child_order] = steps[0][2]
     assert first_y["sliced"] != first_y["market"]
 
