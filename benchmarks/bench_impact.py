@@ -121,7 +121,7 @@ def lob_market(
         out.write_text(
             f"# {dataset}: the calibrated book with agent_flow_impact_bps fitted on 32 training "
             f"days spread over the training period to Y {AGENT_IMPACT_Y} with {child_order} "
-            f"child orders ({child_slices or 'one per round'} parts if sliced) and the agents' "
+            f"child orders (market.child_slices {child_slices}) and the agents' "
             f"kernel beta {agent_beta:g}, tau0 {agent_tau0:g}, trailing volume unit "
             f"{trailing_volume_unit} "
             "(serl_jax.calibrate.fit_agent_impact)\n"
