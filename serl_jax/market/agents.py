@@ -111,27 +111,33 @@ def _passive_ask(view: RoundView, price) -> jax.Array:
 def market_maker_orders(
     view: RoundView, inventory, cursor, params: MarketParams, volume_unit
 ) -> Message:
-    """Refreshes the best rung and one rotating outer rung of each side of the ladder.
+    """Refreshes the best rung and ``n = mm_refresh_rungs`` rotating outer rungs of each
+    side of the ladder.
 
     The ladder is centred on ``reference - mm_skew_ticks * inventory / V``: rung ``k``
     bids at ``floor(ref - h - k s)`` and asks at ``ceil(ref + h + k s)`` (``h`` the half
     spread, ``s`` the spacing, both in ticks), never crossing the other side, with
     ``mm_size * (1 + k) ** mm_size_growth * V`` shares. Rung ``k``'s order id is ``k + 1``
     on both sides, so a refresh is a cancel of that id followed by a new limit order.
+    Round ``r`` refreshes the outer rungs ``1 + (r n + j) mod (L - 1)``, ``j < n``, so
+    ``n = L - 1`` re-posts the whole ladder every round.
 
     Args:
         view: the round's view of the book.
         inventory: ``int32`` the market makers' net position, shares.
-        cursor: ``int32`` round counter choosing the outer rung ``1 + cursor % (L - 1)``.
+        cursor: ``int32`` round counter ``r`` choosing the outer rungs.
         params: market parameters.
         volume_unit: ``float32`` V, shares per minute.
 
     Returns:
-        8 messages (cancel, limit) x (bid, ask) x (best rung, outer rung); 4 when L = 1.
+        ``4 (1 + n)`` messages, (cancel, limit) x (bid, ask) x (best rung, ``n`` outer
+        rungs); 4 when L = 1
+        (:meth:`~serl_jax.market.params.MarketParams.messages_per_round` counts them).
     """
     levels = params.mm_levels
     ref = view.reference - params.mm_skew_ticks * inventory / jnp.maximum(volume_unit, 1.0)
-    rungs = [jnp.int32(0)] + ([1 + cursor % (levels - 1)] if levels > 1 else [])
+    n = params.outer_rungs_per_round()
+    rungs = [jnp.int32(0)] + [1 + (cursor * n + j) % (levels - 1) for j in range(n)]
     kind, side, price, qty, order_id, owner = [], [], [], [], [], []
     for k in rungs:
         distance = params.mm_half_spread_ticks + k * params.mm_level_spacing_ticks

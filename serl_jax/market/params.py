@@ -68,6 +68,11 @@ class MarketParams:
         tick_size: currency per tick (0.01 for the shipped CN and US markets).
         rounds_per_minute: trading rounds per one-minute step (static).
         mm_levels: rungs per side of the market makers' ladder (static).
+        mm_refresh_rungs: outer rungs (all but the best) the market makers refresh every
+            round, in rotation (static; in ``[1, max(1, mm_levels - 1)]``): 1 (default)
+            brings a walked-through outer rung back once every ``mm_levels - 1`` rounds,
+            ``mm_levels - 1`` re-posts the whole ladder around the mid every round, so a
+            book that a child order walked through is as deep again one round later.
         mm_half_spread_ticks: distance from the market makers' reference price to their
             best quotes, ticks (0.5 quotes a one-tick spread around a half-tick mid).
         mm_level_spacing_ticks: distance between rungs, ticks.
@@ -144,6 +149,7 @@ class MarketParams:
     tick_size: float = 0.01
     rounds_per_minute: int = struct.field(pytree_node=False, default=6)
     mm_levels: int = struct.field(pytree_node=False, default=6)
+    mm_refresh_rungs: int = struct.field(pytree_node=False, default=1)
     mm_half_spread_ticks: float = 0.5
     mm_level_spacing_ticks: float = 1.0
     mm_size: float = 0.05
@@ -185,6 +191,11 @@ class MarketParams:
         for name in ("noise_slots", "informed_slots", "momentum_slots"):
             if getattr(self, name) < 0:
                 raise ValueError(f"market.{name} must be >= 0, got {getattr(self, name)}")
+        if not 1 <= self.mm_refresh_rungs <= max(1, self.mm_levels - 1):
+            raise ValueError(
+                "market.mm_refresh_rungs must be in [1, max(1, mm_levels - 1)] = "
+                f"[1, {max(1, self.mm_levels - 1)}], got {self.mm_refresh_rungs}"
+            )
         if self.agent_flow_memory not in (0, 1):
             raise ValueError(
                 f"market.agent_flow_memory must be 0 (one memory) or 1 (the agents' own), "
@@ -231,9 +242,14 @@ class MarketParams:
         (momentum orders never rest)."""
         return self.mm_levels + self.noise_orders + self.informed_slots + num_agents
 
+    def outer_rungs_per_round(self) -> int:
+        """Outer rungs per side the market makers refresh every round: ``mm_refresh_rungs``,
+        0 for a one-rung ladder."""
+        return min(self.mm_refresh_rungs, self.mm_levels - 1)
+
     def messages_per_round(self) -> int:
         """Order-flow messages every round sends to the book (no-ops included)."""
-        market_maker = 8 if self.mm_levels > 1 else 4
+        market_maker = 4 * (1 + self.outer_rungs_per_round())
         return 2 * self.informed_slots + self.momentum_slots + 2 * self.noise_slots + market_maker
 
     @classmethod

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from serl_jax.lob.book import BUY, LIMIT, MARKET, SELL, Message, Trades
+from serl_jax.lob.book import BUY, CANCEL, LIMIT, MARKET, SELL, Message, Trades
+from serl_jax.market.agents import market_maker_orders, round_view
 from serl_jax.market.params import (
     AGENT_KERNEL_EXPONENTIALS,
     AGENT_ORDER_ID,
@@ -211,6 +212,58 @@ def _noisy_days(params, n_markets, minutes, key):
     return jax.jit(jax.vmap(one))(jax.random.split(key, n_markets))
 
 
+@pytest.mark.parametrize(
+    ("levels", "refresh", "cursor", "rungs"),
+    [
+        (3, 1, 0, [0, 1]),  # the default: the best rung and one outer rung in rotation
+        (3, 1, 1, [0, 2]),
+        (5, 2, 0, [0, 1, 2]),  # two outer rungs a round: 1 + (2r + j) mod 4
+        (5, 2, 1, [0, 3, 4]),
+        (5, 2, 2, [0, 1, 2]),
+        (5, 4, 7, [0, 1, 2, 3, 4]),  # the whole ladder every round
+        (1, 1, 3, [0]),  # a one-rung ladder has no outer rung
+    ],
+)
+def test_the_market_makers_refresh_their_rungs_in_rotation_by_hand(levels, refresh, cursor, rungs):
+    params = MarketParams(**{**QUIET, "mm_levels": levels, "mm_refresh_rungs": refresh})
+    view = round_view(reset_market(100.5, 100.0, params).book, 100.5)
+    orders = market_maker_orders(view, 0, jnp.int32(cursor), params, 100.0)
+    assert len(orders.kind) == params.messages_per_round() - (
+        2 * params.informed_slots + params.momentum_slots + 2 * params.noise_slots
+    )
+    # per rung k: (cancel, limit) on the bid, then on the ask; id k + 1 on both sides
+    np.testing.assert_array_equal(orders.kind, [CANCEL, LIMIT] * 2 * len(rungs))
+    ids = np.asarray(orders.order_id).reshape(len(rungs), 4)
+    np.testing.assert_array_equal(ids[:, 0], np.asarray(rungs) + 1)
+    limits = np.asarray(orders.price).reshape(len(rungs), 4)
+    # rung k bids at floor(100.5 - 0.5 - k) and asks at ceil(100.5 + 0.5 + k)
+    np.testing.assert_array_equal(limits[:, 1], [100 - k for k in rungs])
+    np.testing.assert_array_equal(limits[:, 3], [101 + k for k in rungs])
+    sizes = np.asarray(orders.qty).reshape(len(rungs), 4)
+    np.testing.assert_array_equal(sizes[:, 1], [10 * (1 + k) for k in rungs])
+
+
+def test_a_walked_ladder_is_whole_again_a_round_later_when_every_rung_is_refreshed():
+    """An agent sells through the bid ladder's three rungs; after one round the market
+    makers have re-posted all three (every rung refreshed) or two (the default)."""
+    one_round = {**QUIET, "rounds_per_minute": 1}
+    sweep = _orders((MARKET, SELL, 0, 60, 0, FIRST_AGENT_OWNER))  # 10 + 20 + 30 shares
+    fundamental = jnp.full((1,), 100.5)
+    resting = {}
+    for refresh in (1, 2):
+        params = MarketParams(**one_round, mm_refresh_rungs=refresh)
+        state = reset_market(100.5, 100.0, params)
+        state, minute = run_minute(
+            state, sweep, fundamental, 1.0, 100.0, jax.random.PRNGKey(0), params
+        )
+        assert int(minute.position_change[FIRST_AGENT_OWNER]) == -60
+        bids = state.book.bids
+        maker = (np.asarray(bids.owner) == MARKET_MAKER) & (np.asarray(bids.qty) > 0)
+        resting[refresh] = sorted(np.asarray(bids.order_id)[maker].tolist())
+    assert resting[2] == [1, 2, 3]
+    assert resting[1] == [1, 2]  # round 0 refreshes rung 0 and outer rung 1 + 0 mod 2
+
+
 def test_market_conserves_shares_and_cash_and_never_overflows():
     params = MarketParams()
     state, summary = _noisy_days(params, 4, 120, jax.random.PRNGKey(1))
@@ -276,6 +329,10 @@ def test_params_from_mapping_rejects_bad_keys():
         MarketParams.from_mapping({"agent_flow_memory": 2})
     with pytest.raises(ValueError, match="market.trailing_volume_unit must be 0"):
         MarketParams.from_mapping({"trailing_volume_unit": 2})
+    for levels, bad in ((6, 0), (6, 6), (1, 2)):
+        with pytest.raises(ValueError, match=r"market.mm_refresh_rungs must be in \[1, "):
+            MarketParams(mm_levels=levels, mm_refresh_rungs=bad)
+    assert MarketParams.from_mapping({"mm_refresh_rungs": 5}).outer_rungs_per_round() == 5
 
 
 def test_participation_quantity_by_hand():
