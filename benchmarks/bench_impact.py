@@ -16,6 +16,10 @@ For each dataset, on its test days (reporting only: nothing here is fitted to th
   ``--agent-flow-tau0``, kept as ``<dataset>-market-agent.yaml`` (``-sliced`` added for
   sliced child orders, ``-sliced<K>`` for ``market.child_slices=K``, ``-beta<B>-tau<T>``
   for a power-law kernel, ``-trailing`` for ``--trailing-volume-unit 1``).
+  ``--mm-refresh-rungs N`` gives the book's market makers ``N`` outer rungs refreshed
+  every round (``market.mm_refresh_rungs``): a book calibrated here is calibrated with
+  it and kept as ``<dataset>-market-refresh<N>.yaml`` (``-refresh<N>`` also ends the
+  agent fit's file); a given or shipped book only has the key replaced.
 
 Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
 propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the
@@ -34,6 +38,8 @@ Usage (from the repository root)::
     python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
         --agent-flow-beta 0.5            # the agents' memory: a power-law kernel
     python benchmarks/bench_impact.py --data PATH --starts 30,120,209  # 3 windows a day
+    python benchmarks/bench_impact.py --suite paper --markets lob --fit-agent-impact \
+        --mm-refresh-rungs 2             # two outer rungs refreshed a round
 
 ``--json`` prints one object per market and dataset with ``market``, ``dataset``,
 ``delta``, ``Y``, ``post_fraction_1x``, ``post_fraction_2x``, ``twap_cost_over_sqrt_law``,
@@ -73,30 +79,38 @@ MARKETS = ("propagator", "lob")
 def lob_market(
     cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path, splits=None,
     agent_beta: float = 0.0, agent_tau0: float = 5.0, trailing_volume_unit: int = 0,
+    mm_refresh_rungs: int | None = None,
 ):  # fmt: skip
     """The order-book market's parameters for a dataset (module docstring); with
     ``splits``, the agents' own impact fitted on their training days (their memory's
     kernel: ``agent_beta`` 0, one exponential; else the power law with ``agent_tau0``;
     the book's volume unit: the training mean, or with ``trailing_volume_unit`` 1 the
-    days before each episode's)."""
+    days before each episode's; ``mm_refresh_rungs``: the market makers' outer rungs
+    refreshed a round, ``None`` the book's own)."""
+    refresh = "" if mm_refresh_rungs is None else f"-refresh{mm_refresh_rungs}"
     lob_cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, simulator="lob"))
     if dataset in given:
         lob_cfg = dataclasses.replace(
             lob_cfg, market=dataclasses.replace(lob_cfg.market, params=given[dataset])
         )
     elif not path.startswith("sample:"):
-        out = calibrated_dir / f"{dataset}-market.yaml"
+        out = calibrated_dir / f"{dataset}-market{refresh}.yaml"
         if not out.is_file():
             print(f"[{dataset}] calibrating the order-book market on the training days",
                   file=sys.stderr, flush=True)  # fmt: skip
             t0 = time.perf_counter()
-            calibrate_market(cfg, path, out, log=lambda line: print(line, file=sys.stderr))
+            calibrate_market(
+                cfg, path, out, log=lambda line: print(line, file=sys.stderr),
+                mm_refresh_rungs=mm_refresh_rungs or 1,
+            )  # fmt: skip
             print(f"[{dataset}] calibrated in {time.perf_counter() - t0:.0f} s -> {out}",
                   file=sys.stderr)  # fmt: skip
         lob_cfg = dataclasses.replace(
             lob_cfg, market=dataclasses.replace(lob_cfg.market, params=str(out))
         )
     market = calibrated_market(lob_cfg, path)
+    if mm_refresh_rungs is not None:
+        market = market.replace(mm_refresh_rungs=mm_refresh_rungs)
     if splits is None:
         return market
     child_order, child_slices = cfg.market.child_order, cfg.market.child_slices
@@ -109,6 +123,7 @@ def lob_market(
     if trailing_volume_unit:
         market = market.replace(trailing_volume_unit=1)
         suffix += "-trailing"
+    suffix += refresh
     out = calibrated_dir / f"{dataset}-market-agent{suffix}.yaml"
     if not out.is_file():
         print(f"[{dataset}] fitting the agents' own impact on the training days",
@@ -123,7 +138,8 @@ def lob_market(
             f"days spread over the training period to Y {AGENT_IMPACT_Y} with {child_order} "
             f"child orders (market.child_slices {child_slices}) and the agents' "
             f"kernel beta {agent_beta:g}, tau0 {agent_tau0:g}, trailing volume unit "
-            f"{trailing_volume_unit} "
+            f"{trailing_volume_unit}, market makers refreshing {market.mm_refresh_rungs} "
+            "outer rungs a round "
             "(serl_jax.calibrate.fit_agent_impact)\n"
             + yaml.safe_dump({"market": market.to_mapping()}, sort_keys=False)
         )
@@ -168,6 +184,11 @@ def main() -> None:
         help="with --fit-agent-impact: 1 sizes the book in the symbol's volume over the "
         "days before each episode's (market.trailing_volume_unit)",
     )  # fmt: skip
+    parser.add_argument(
+        "--mm-refresh-rungs", type=int,
+        help="lob: the market makers' outer rungs refreshed every round "
+        "(market.mm_refresh_rungs; a book calibrated here is calibrated with it)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="JSON lines")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = parse_command_line(parser, None)  # overrides may stand among the flags
@@ -211,6 +232,7 @@ def main() -> None:
                 model = lob_market(
                     cfg, name, path, given, Path(args.calibrated), fit,
                     args.agent_flow_beta, args.agent_flow_tau0, args.trailing_volume_unit,
+                    args.mm_refresh_rungs,
                 )  # fmt: skip
             params = dynamic_env_params(cfg, model, static, splits.stats)
             report = measure_impact(

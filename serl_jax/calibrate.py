@@ -5,6 +5,7 @@ Usage::
     python -m serl_jax.calibrate --data sample:cn_1min --out configs/market/cn_1min.yaml
     python -m serl_jax.calibrate --data PATH [--lobster MESSAGE ORDERBOOK]
         [--tick-size 0.01] [--iterations 6] [--days 8] [--start FILE] [--seed 0]
+        [--mm-refresh-rungs 1]
         [--fit-agent-impact [--agent-impact-y 0.7] [--agent-impact-steps 6]
             [--child-order market] [--child-slices 0]]
         [--fit-propagator [--propagator-out FILE] [--impact-days 16]]
@@ -573,6 +574,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--mm-refresh-rungs",
+        type=int,
+        help="outer rungs the market makers refresh every round, held fixed in the fit "
+        "(market.mm_refresh_rungs; default: the start's, 1 without --start)",
+    )
+    parser.add_argument(
         "--short-days",
         choices=("error", "drop"),
         default="error",
@@ -626,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         lobster = tuple(Path(p) for p in args.lobster) if args.lobster else default_lobster()
         start = load_market_params(args.start) if args.start else MarketParams()
         start = start.replace(tick_size=args.tick_size)
+        if args.mm_refresh_rungs is not None:
+            start = start.replace(mm_refresh_rungs=args.mm_refresh_rungs)
         bars = load_minute_bars(path, short_days=args.short_days)
         real = real_statistics(split_days(bars)["train"], args.tick_size, lobster)
         splits = load_market(path, short_days=args.short_days)

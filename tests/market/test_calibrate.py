@@ -109,6 +109,20 @@ def test_cli_rejects_bad_arguments(capsys):
     assert err == "error: --iterations and --days must be >= 0"
     assert main(["--data", "no/such/bars.csv"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+    assert main(["--data", "sample:cn_1min", "--mm-refresh-rungs", "6"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: market.mm_refresh_rungs must be in [1, max(1, mm_levels - 1)] = [1, 5], got 6"
+    )
+
+
+def test_cli_calibrates_with_the_refreshed_rungs_held_fixed(tmp_path, capsys):
+    """``--mm-refresh-rungs 2`` is simulated and written; the fitted knobs start from the
+    defaults, so with no update step the book is the defaults with that one key."""
+    out = tmp_path / "cn.yaml"
+    argv = ["--data", "sample:cn_1min", "--iterations", "0", "--days", "1"]
+    assert main([*argv, "--mm-refresh-rungs", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert load_market_params(out) == MarketParams().replace(mm_refresh_rungs=2)
 
 
 REPORT = ImpactReport(
