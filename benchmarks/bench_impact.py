@@ -17,9 +17,10 @@ For each dataset, on its test days (reporting only: nothing here is fitted to th
   sliced child orders, ``-sliced<K>`` for ``market.child_slices=K``, ``-beta<B>-tau<T>``
   for a power-law kernel, ``-trailing`` for ``--trailing-volume-unit 1``).
   ``--mm-refresh-rungs N`` gives the book's market makers ``N`` outer rungs refreshed
-  every round (``market.mm_refresh_rungs``): a book calibrated here is calibrated with
-  it and kept as ``<dataset>-market-refresh<N>.yaml`` (``-refresh<N>`` also ends the
-  agent fit's file); a given or shipped book only has the key replaced.
+  every round (``market.mm_refresh_rungs``): a book calibrated here is refitted with it
+  from the one-rung book (``<dataset>-market.yaml``, its start and never a worse fit) and
+  kept as ``<dataset>-market-refresh<N>.yaml`` (``-refresh<N>`` also ends the agent
+  fit's file); a given or shipped book only has the key replaced.
 
 Targets (issue 48): delta in [0.4, 0.6] and Y in [0.3, 1.5] in both markets; the
 propagator's relaxation in [0.5, 0.8]; the order book's TWAP cost within 30% of the
@@ -76,6 +77,19 @@ from serl_jax.market.params import load_market_params
 MARKETS = ("propagator", "lob")
 
 
+def _calibrated_book(cfg, dataset: str, path: str, out: Path, start=None) -> Path:
+    """``out``, calibrated on the dataset's training days from ``start`` if not kept yet."""
+    if not out.is_file():
+        print(f"[{dataset}] calibrating the order-book market on the training days",
+              file=sys.stderr, flush=True)  # fmt: skip
+        t0 = time.perf_counter()
+        calibrate_market(cfg, path, out, log=lambda line: print(line, file=sys.stderr),
+                         start=start)  # fmt: skip
+        print(f"[{dataset}] calibrated in {time.perf_counter() - t0:.0f} s -> {out}",
+              file=sys.stderr)  # fmt: skip
+    return out
+
+
 def lob_market(
     cfg, dataset, path: str, given: dict[str, str], calibrated_dir: Path, splits=None,
     agent_beta: float = 0.0, agent_tau0: float = 5.0, trailing_volume_unit: int = 0,
@@ -94,17 +108,12 @@ def lob_market(
             lob_cfg, market=dataclasses.replace(lob_cfg.market, params=given[dataset])
         )
     elif not path.startswith("sample:"):
-        out = calibrated_dir / f"{dataset}-market{refresh}.yaml"
-        if not out.is_file():
-            print(f"[{dataset}] calibrating the order-book market on the training days",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            t0 = time.perf_counter()
-            calibrate_market(
-                cfg, path, out, log=lambda line: print(line, file=sys.stderr),
-                mm_refresh_rungs=mm_refresh_rungs or 1,
-            )  # fmt: skip
-            print(f"[{dataset}] calibrated in {time.perf_counter() - t0:.0f} s -> {out}",
-                  file=sys.stderr)  # fmt: skip
+        out = _calibrated_book(cfg, dataset, path, calibrated_dir / f"{dataset}-market.yaml")
+        if refresh:  # refitted from the one-rung book: never a worse fit than it
+            start = load_market_params(out).replace(mm_refresh_rungs=mm_refresh_rungs)
+            out = _calibrated_book(
+                cfg, dataset, path, calibrated_dir / f"{dataset}-market{refresh}.yaml", start
+            )
         lob_cfg = dataclasses.replace(
             lob_cfg, market=dataclasses.replace(lob_cfg.market, params=str(out))
         )

@@ -133,20 +133,18 @@ def baseline_orders(cfg: Config, splits: MarketSplits) -> dict[str, dict[str, Sp
 
 
 def calibrate_market(
-    cfg: Config, spec: str, out: Path, log=print, mm_refresh_rungs: int = 1
+    cfg: Config, spec: str, out: Path, log=print, start: MarketParams | None = None
 ) -> Path:
     """Fits the dynamic market's background populations to a dataset's training days
     (the training symbols', as ``python -m serl_jax.calibrate`` does with the
     CLI's defaults: tick 0.01, 6 iterations, 8 days per symbol, the LOBSTER AMZN day)
     and writes them to ``out`` (YAML). Hybrid PPO of the benchmark trains with it.
-    ``mm_refresh_rungs``: the market makers' outer rungs refreshed every round
-    (:class:`~serl_jax.market.params.MarketParams`), held fixed while the knobs are fitted.
+    ``start``: the parameters the fit starts from and whose keys other than the five
+    knobs it keeps (``None``: the :class:`~serl_jax.market.params.MarketParams`
+    defaults); the kept iterate is never a worse fit than ``start`` itself.
 
     Returns:
         ``out``.
-
-    Raises:
-        ValueError: ``mm_refresh_rungs`` outside ``[1, mm_levels - 1]``.
     """
     from serl_jax.experiment import load_splits
 
@@ -160,7 +158,7 @@ def calibrate_market(
     train = train.with_frame(train.frame.loc[kept])
     tick_size = 0.01
     real = real_statistics(train, tick_size, default_lobster())
-    start = MarketParams().replace(tick_size=tick_size, mm_refresh_rungs=mm_refresh_rungs)
+    start = (MarketParams() if start is None else start).replace(tick_size=tick_size)
     market, sim = calibrate(splits, real, start, 6, jax.random.PRNGKey(0), 8, log=log)
     write_params(out, market, real, sim, f"serl_jax.benchmark: calibrated on {spec}")
     return out
