@@ -196,7 +196,8 @@ def main() -> None:
     parser.add_argument(
         "--mm-refresh-rungs", type=int,
         help="lob: the market makers' outer rungs refreshed every round "
-        "(market.mm_refresh_rungs; a book calibrated here is calibrated with it)",
+        "(market.mm_refresh_rungs; a book calibrated here is refitted with it from the "
+        "one-rung book)",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="JSON lines")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value")

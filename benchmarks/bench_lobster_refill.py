@@ -30,15 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
+from serl_jax.calibrate import default_lobster
 from serl_jax.data import sample_path
 from serl_jax.lob.lobster import LobsterMessages, LobsterOrderbook, read_lobster
 
-SAMPLES = (
-    ("AMZN_2012-06-21_34200000_57600000_message_1.csv.gz",
-     "AMZN_2012-06-21_34200000_57600000_orderbook_1.csv.gz"),
-    ("AAPL_2012-06-21_34200000_57600000_message_10_first999.csv.gz",
-     "AAPL_2012-06-21_34200000_57600000_orderbook_10_first999.csv.gz"),
-)  # fmt: skip
+AAPL = (
+    "AAPL_2012-06-21_34200000_57600000_message_10_first999.csv.gz",
+    "AAPL_2012-06-21_34200000_57600000_orderbook_10_first999.csv.gz",
+)
 
 
 def aggressive_orders(messages: LobsterMessages) -> list[tuple[int, int]]:
@@ -132,8 +131,8 @@ def main() -> None:
         help="a LOBSTER message and orderbook file (repeatable; default: the samples)",
     )  # fmt: skip
     args = parser.parse_args()
-    folder = sample_path("lobster")
-    pairs = args.files or [(folder / m, folder / o) for m, o in SAMPLES]
+    aapl = tuple(sample_path("lobster") / name for name in AAPL)
+    pairs = args.files or [default_lobster(), aapl]
     for message_path, orderbook_path in pairs:
         messages, book = read_lobster(message_path, orderbook_path)
         print(describe(Path(message_path).name.split("_")[0], messages, book))
