@@ -483,6 +483,12 @@ class SearchConfig:
             ``form`` (a program of a different form), ``parameters`` (the best one's
             structure, other parameters) and ``crossover`` (combine programs of two
             islands), in that order (Liu et al. 2024, "Evolution of Heuristics").
+        retry_repeats: in the self-debugging rounds (``loop.repair_attempts``), also send
+            back each valid designed candidate that repeats a program (a copy of a program
+            its prompt showed, or the same outputs on the novelty probe as an earlier
+            candidate: :mod:`serl_jax.loop.novelty`) with :func:`llm.prompts.repeat_prompt`;
+            the repeat keeps its place (scored with the first program's score) and the
+            answer is a retry like a rejected candidate's.
     """
 
     def __post_init__(self):
@@ -535,6 +541,7 @@ class SearchConfig:
     shots: int = 3
     reset_every: int = 4
     prompt_mix: tuple[float, ...] = (0.5, 0.2, 0.2, 0.1)
+    retry_repeats: bool = False
 
 
 DEK_LEVELS = ("off", "high", "low", "both")

@@ -14,6 +14,7 @@ from llm.prompts.builder import (
     REFINEMENT_MODULE,
     REFINEMENT_TOKENS,
     REJECTED_HEADING,
+    REPEATED_HEADING,
     compact_head,
     compact_prompt,
     debug_hint,
@@ -21,6 +22,7 @@ from llm.prompts.builder import (
     design_prompt,
     parse_instruction,
     refinement_prompt,
+    repeat_prompt,
 )
 from llm.prompts.defaults import DEFAULT_CODE, default_code
 from llm.prompts.macro import field_docs, macro_prompt
@@ -37,6 +39,7 @@ __all__ = [
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
     "REJECTED_HEADING",
+    "REPEATED_HEADING",
     "SEARCH_PROMPT_KINDS",
     "MicroPrompt",
     "compact_head",
@@ -49,5 +52,6 @@ __all__ = [
     "macro_prompt",
     "parse_instruction",
     "refinement_prompt",
+    "repeat_prompt",
     "search_prompt",
 ]

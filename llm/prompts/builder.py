@@ -82,6 +82,7 @@ __all__ = [
     "REFINEMENT_MODULE",
     "REFINEMENT_TOKENS",
     "REJECTED_HEADING",
+    "REPEATED_HEADING",
     "compact_head",
     "compact_prompt",
     "debug_hint",
@@ -89,6 +90,7 @@ __all__ = [
     "design_prompt",
     "parse_instruction",
     "refinement_prompt",
+    "repeat_prompt",
 ]
 
 REFINEMENT_MODULE = "InstructionRefinement"
@@ -252,6 +254,10 @@ def compact_head(kind: str) -> str:
 
 REJECTED_HEADING = "## Your answer was rejected"
 """The heading that starts the self-debugging part of a debug prompt."""
+
+REPEATED_HEADING = "## Your answer repeats a program"
+"""The heading that starts the part of a repeat prompt (:func:`repeat_prompt`) that shows
+the repeated program."""
 
 
 DEBUG_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -501,7 +507,7 @@ def debug_prompt(kind: str, prompt: str, code: str, stage: str, reason: str) -> 
     Raises:
         KeyError: unknown ``kind``.
     """
-    head = prompt.split(f"\n{REJECTED_HEADING}\n", 1)[0].rstrip()
+    head = _first_part(prompt)
     shown = f"```python\n{code.rstrip()}\n```\n" if code.strip() else "(no ```python block)\n"
     hint = debug_hint(reason)
     hint = f"{hint}\n" if hint else ""
@@ -511,6 +517,48 @@ def debug_prompt(kind: str, prompt: str, code: str, stage: str, reason: str) -> 
         f"{hint}Fix that error and keep the rest of the design. "
         f"{_ANSWER_FORMAT[kind]}\n"
     )
+
+
+def repeat_prompt(kind: str, prompt: str, code: str, duplicate_of: str | None) -> str:
+    """The prompt that sends a valid candidate back because it repeats a program: a copy
+    of a program its prompt showed (:func:`serl_jax.loop.novelty.is_copy`), or a program
+    that computes the same outputs as an earlier candidate
+    (:func:`serl_jax.loop.novelty.same_outputs`). The search scores a repeat with the
+    first program's score and never trains it, so its answer adds nothing unless the
+    designer tries again (FunSearch discards such samples; Romera-Paredes et al. 2024).
+
+    Args:
+        kind: the slot (a key of :data:`llm.prompts.micro.MICRO_PROMPTS`).
+        prompt: the prompt the candidate answered; as in :func:`debug_prompt`, only its
+            part before a rejected or repeated answer is kept.
+        code: the candidate's code.
+        duplicate_of: the id of the earlier candidate with the same outputs, or None for
+            a copy of a program the prompt showed.
+
+    Returns:
+        The prompt text.
+
+    Raises:
+        KeyError: unknown ``kind``.
+    """
+    same = (
+        "It is a program shown above with only its names changed."
+        if duplicate_of is None
+        else f"It computes the same outputs as candidate {duplicate_of}, which the search "
+        "has already scored."
+    )
+    return (
+        f"{_first_part(prompt)}\n\n{REPEATED_HEADING}\n```python\n{code.rstrip()}\n```\n"
+        f"{same} Write a program that computes something different: other terms, inputs, "
+        f"structure or parameters. {_ANSWER_FORMAT[kind]}\n"
+    )
+
+
+def _first_part(prompt: str) -> str:
+    """A prompt without the rejected or repeated answer a debug or repeat prompt added."""
+    for heading in (REJECTED_HEADING, REPEATED_HEADING):
+        prompt = prompt.split(f"\n{heading}\n", 1)[0]
+    return prompt.rstrip()
 
 
 def refinement_prompt(

@@ -601,48 +601,52 @@ class SERLLoop:
             setattr(cand, f"{kind}_code", cand.code if module == kind else base.slot_code(kind))
         return cand
 
+    def _sent_back(
+        self, j: int, cands: list[Candidate], attempt: int
+    ) -> list[tuple[Candidate, str]]:
+        """The candidates of iteration j (``cands``) that self-debugging round ``attempt``
+        sends back, each with the prompt it goes back with: those of round
+        ``attempt - 1`` rejected before training and not yet answered, with the
+        validator's one-line error (:func:`llm.prompts.debug_prompt`)."""
+        answered = {c.retry_of for c in cands if c.retry_of}
+        asked = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
+        back = []
+        for c in cands:
+            if c.attempt == attempt - 1 and c.status == "rejected" and c.id not in answered:
+                if c.module in MICRO_PROMPTS:
+                    stage, reason = c.validation["stage"], c.validation["reason"]
+                    text = debug_prompt(c.module, asked[c.prompt_id], c.code, stage, reason)
+                    back.append((c, text))
+        return back
+
     def _debug(self, j: int, attempt: int) -> list[Candidate]:
         """Self-debugging round ``attempt`` of iteration j (``loop.repair_attempts``):
-        each candidate of round ``attempt - 1`` rejected before training, and not yet
-        answered, goes back to the designer with its code and the validator's one-line
-        error (:func:`llm.prompts.debug_prompt`), all of them in one generate call, every
-        module's together: a local model decodes one answer at a third of its batched
-        rate on a CPU (2026-11-28: 2.8-3.3 against 9.7-11.5 tokens/s), and the round used
-        to make one call per module. The answers are recorded as new candidates
-        (``retry_of``, ``attempt``) and returned. A resumed run asks only for the retries
-        it lacks."""
+        the candidates :meth:`_sent_back` selects go back to the designer, all of them in
+        one generate call, every module's together: a local model decodes one answer at a
+        third of its batched rate on a CPU (2026-11-28: 2.8-3.3 against 9.7-11.5
+        tokens/s), and the round used to make one call per module. The answers are
+        recorded as new candidates (``retry_of``, ``attempt``) and returned. A resumed run
+        asks only for the retries it lacks."""
         cands = self.store.candidates(j)
-        answered = {c.retry_of for c in cands if c.retry_of}
-        failed = [
-            c
-            for c in cands
-            if c.attempt == attempt - 1
-            and c.status == "rejected"
-            and c.id not in answered
-            and c.module in MICRO_PROMPTS
-        ]
-        if not failed:
+        back = self._sent_back(j, cands, attempt)
+        if not back:
             return []
-        asked = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
         idx = max(c.idx for c in cands) + 1
         prompts: list[tuple[str, str, str, list[str], Any]] = []
         retries: list[tuple[int, Candidate]] = []
-        texts = [
-            debug_prompt(
-                c.module, asked[c.prompt_id], c.code, c.validation["stage"], c.validation["reason"]
-            )
-            for c in failed
-        ]
-        modules = list(dict.fromkeys(c.module for c in failed))
-        counts = ", ".join(f"{sum(c.module == m for c in failed)} {m}" for m in modules)
-        label = f"[j={j}] self-debugging round {attempt}: {counts} rejected, sent back: "
+        texts = [text for _, text in back]
+        modules = list(dict.fromkeys(c.module for c, _ in back))
+        counts = ", ".join(f"{sum(c.module == m for c, _ in back)} {m}" for m in modules)
+        repeats = sum(c.status != "rejected" for c, _ in back)
+        counts += f" ({repeats} repeating a program)" if repeats else ""
+        label = f"[j={j}] self-debugging round {attempt}: {counts} sent back: "
         completions = [a[0] for a in self._ask(modules, texts, 1, label)]
-        for failed_cand, text, completion in zip(failed, texts, completions, strict=True):
-            prompts.append((failed_cand.module, "debug", text, [completion], None))
+        for (sent, text), completion in zip(back, completions, strict=True):
+            prompts.append((sent.module, "debug", text, [completion], None))
             cand = self._candidate(
-                j, idx, failed_cand.module, failed_cand.instruction, completion, failed_cand,
-                text, parent_ids=list(failed_cand.parent_ids), retry_of=failed_cand.id,
-                attempt=attempt, island=failed_cand.island, prompt_kind=failed_cand.prompt_kind,
+                j, idx, sent.module, sent.instruction, completion, sent, text,
+                parent_ids=list(sent.parent_ids), retry_of=sent.id, attempt=attempt,
+                island=sent.island, prompt_kind=sent.prompt_kind,
             )  # fmt: skip
             retries.append((len(prompts) - 1, cand))
             idx += 1

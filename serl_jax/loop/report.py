@@ -104,14 +104,17 @@ def _candidate_md(cand: Candidate) -> str:
 
 
 def self_debugging_counts(cands: list[Candidate]) -> dict[str, dict[str, int]]:
-    """Per self-debugging round (``"1"``, ``"2"``, ...): ``sent``, the rejected
-    candidates sent back to the designer, and ``passed``, the retries that passed
-    validation (evaluated, crashed in training, or validated)."""
+    """Per self-debugging round (``"1"``, ``"2"``, ...): ``sent``, the candidates sent
+    back to the designer; ``repeats``, those of them that were valid and sent back for
+    repeating a program (``search.retry_repeats``); and ``passed``, the retries that
+    passed validation (evaluated, screened, crashed in training, or validated)."""
+    valid = {c.id for c in cands if c.status in VALID}
     rounds: dict[str, dict[str, int]] = {}
     for c in cands:
         if c.attempt > 0:
-            entry = rounds.setdefault(str(c.attempt), {"sent": 0, "passed": 0})
+            entry = rounds.setdefault(str(c.attempt), {"sent": 0, "repeats": 0, "passed": 0})
             entry["sent"] += 1
+            entry["repeats"] += c.retry_of in valid
             entry["passed"] += c.status in VALID
     return dict(sorted(rounds.items(), key=lambda kv: int(kv[0])))
 
@@ -400,7 +403,9 @@ def write_report(
         f"(`loop.repair_attempts` = {cfg.loop.repair_attempts}): "
         + (
             "; ".join(
-                f"round {r}: {e['sent']} sent back, {e['passed']} passed validation"
+                f"round {r}: {e['sent']} sent back"
+                + (f" ({e['repeats']} repeating a program)" if e["repeats"] else "")
+                + f", {e['passed']} passed validation"
                 for r, e in debugging.items()
             )
             or "no candidate sent back"

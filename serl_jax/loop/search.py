@@ -18,7 +18,9 @@ no island is shown the same fixed example. Each later round j:
    (Liu et al. 2024, "Evolution of Heuristics"). The other slots are the incumbent's (the
    best fully trained program), as in the outer loop.
 2. **validation** and **trial**: the validator's static stage and its sandbox trial
-   (:func:`llm.validate.validate`), with ``loop.repair_attempts`` self-debugging rounds.
+   (:func:`llm.validate.validate`), with ``loop.repair_attempts`` self-debugging rounds;
+   with ``search.retry_repeats`` a round also sends back the valid programs that repeat
+   one (a copy of a shown program, or a functional duplicate as in step 3).
 3. **short**: each candidate that passed is trained for ``search.short_fraction`` of the
    run's PPO steps and scored on validation days. A candidate whose program equals an
    earlier one's (after :func:`llm.parsing.program_text`), or that computes the same
@@ -50,12 +52,12 @@ from typing import Any
 
 from llm.designs import library
 from llm.parsing import program_text
-from llm.prompts import search_prompt
+from llm.prompts import MICRO_PROMPTS, repeat_prompt, search_prompt
 from serl_jax.config import SEARCH_PROMPT_KINDS
 from serl_jax.loop.cascade import budget_left, promoted
 from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.islands import Program, ProgramDatabase
-from serl_jax.loop.novelty import PROBED, probe_outputs, same_outputs
+from serl_jax.loop.novelty import PROBED, is_copy, probe_outputs, same_outputs
 from serl_jax.loop.outer import REFERENCE_ID, SLOTS, SERLLoop, _designed_slots
 from serl_jax.loop.store import Candidate, IterationSummary
 
@@ -93,6 +95,8 @@ class SERLSearch(SERLLoop):
     # -- stages ------------------------------------------------------------------------
     def _stage_run(self, stage: str):
         if stage == "short":
+            if "full" not in self.search.stages:  # the final stage: the report's checkpoints
+                return self._short_config, lambda c: str(self.store.candidate_dir(c.id))
 
             def folder(c: Candidate) -> str:
                 path = self.store.candidate_dir(c.id) / "short"
@@ -265,6 +269,37 @@ class SERLSearch(SERLLoop):
             if cand.id not in out:
                 earlier.append(cand)
         return out
+
+    def _sent_back(
+        self, j: int, cands: list[Candidate], attempt: int
+    ) -> list[tuple[Candidate, str]]:
+        """The outer loop's rejected candidates, then (``search.retry_repeats``) each valid
+        designed candidate of round ``attempt - 1``, not yet answered, that repeats a
+        program: a copy of a program its prompt showed, else the same outputs as an
+        earlier candidate (:meth:`_functional_duplicates`), with
+        :func:`llm.prompts.repeat_prompt`."""
+        back = super()._sent_back(j, cands, attempt)
+        if not self.search.retry_repeats:
+            return back
+        answered = {c.retry_of for c in cands if c.retry_of}
+        asked = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
+        valid = [c for c in cands if c.status == "validated"]
+        originals = self._functional_duplicates(valid)
+        for cand in valid:
+            if (
+                cand.attempt != attempt - 1
+                or cand.id in answered
+                or cand.prompt_id is None
+                or cand.module not in MICRO_PROMPTS
+            ):
+                continue
+            prompt = asked[cand.prompt_id]
+            if is_copy(cand.code, prompt):
+                back.append((cand, repeat_prompt(cand.module, prompt, cand.code, None)))
+            elif cand.id in originals:
+                original = originals[cand.id].id
+                back.append((cand, repeat_prompt(cand.module, prompt, cand.code, original)))
+        return back
 
     def _process(self, j: int, evaluator: ProgramEvaluator) -> None:
         """Round j through the cascade: validation and trial (with self-debugging),

@@ -356,6 +356,33 @@ def test_the_debug_prompt_returns_the_error_after_the_original_prompt():
         debug_prompt("nope", original, "", "parse", "x")
 
 
+def test_the_repeat_prompt_shows_the_repeated_program_and_what_it_repeats():
+    """A repeat goes back after the answered prompt with its code, what it repeats (a
+    shown program, or an earlier candidate's outputs) and the answer format; a repeat or
+    debug prompt built on it keeps the original prompt once."""
+    from llm.prompts import REJECTED_HEADING, REPEATED_HEADING, debug_prompt, repeat_prompt
+
+    original = "MODULE: LLM4Agent\n\nWrite a network.\n"
+    copy = repeat_prompt("network", original, "class Network: pass\n", None)
+    assert copy == (
+        "MODULE: LLM4Agent\n\nWrite a network.\n\n"
+        f"{REPEATED_HEADING}\n```python\nclass Network: pass\n```\n"
+        "It is a program shown above with only its names changed. Write a program that "
+        "computes something different: other terms, inputs, structure or parameters. "
+        "Answer with one ```python block holding the complete code (imports and "
+        "`class Network`).\n"
+    )
+    again = repeat_prompt("network", copy, "class Network: x = 1\n", "j2-c3")
+    assert again.count(REPEATED_HEADING) == 1 and "pass" not in again
+    assert "It computes the same outputs as candidate j2-c3, which the search has already " \
+        "scored. Write a program" in again  # fmt: skip
+    debug = debug_prompt("network", again, "", "parse", "no ```python block found")
+    assert REPEATED_HEADING not in debug and "x = 1" not in debug
+    assert debug.startswith(original.rstrip() + "\n\n" + REJECTED_HEADING)
+    with pytest.raises(KeyError):
+        repeat_prompt("nope", original, "", None)
+
+
 # Reasons the validator gave Qwen2.5-Coder-1.5B's imaginations, rewards and networks on
 # 2026-11-26, each with the start of the hint it gets.
 RECORDED_REASONS = [

@@ -246,8 +246,8 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
     assert test_pair["pa"]["value"] == pytest.approx(expected, abs=1e-9)
     assert "minus the default PPO on the same orders" in md
     assert report["self_debugging"] == {
-        "1": {"sent": 4, "passed": 2},
-        "2": {"sent": 2, "passed": 2},
+        "1": {"sent": 4, "repeats": 0, "passed": 2},
+        "2": {"sent": 2, "repeats": 0, "passed": 2},
     }
     assert "round 1: 4 sent back, 2 passed validation; round 2: 2 sent back, 2 passed" in md
     assert "| j1-c4 | reward | rejected | j1-c1 (round 1) |  | rejected at the static" in md

@@ -331,3 +331,50 @@ def test_report_counts_the_stages(search_run):
     assert report["designed_valid"] == 4
     pairs = [c for c in cands if "full" in c.stages and not c.duplicate_of]
     assert report["short_vs_full"]["n"] == len(pairs)
+
+
+def test_repeats_go_back_to_the_designer_with_what_they_repeat(tmp_path):
+    """search.retry_repeats: a valid program that repeats one (here the default reward
+    with a variable renamed) goes back in the self-debugging round with
+    ``repeat_prompt``; a new program (the default with its PA scaled) does not; the
+    repeat keeps the first program's score and the answer is a retry like any other."""
+    from llm.prompts import REPEATED_HEADING
+    from serl_jax.loop.novelty import is_copy
+
+    answer = DEFAULT_CODE["reward"].replace("* 1e4", "* 3e4")
+    script = tmp_path / "script.json"
+    completions = {
+        REPEATED_HEADING: [_fence(answer)],
+        "LLM4Reward": [_fence(RENAMED), _fence(SCALED)],
+    }
+    script.write_text(json.dumps({"completions": completions, "cycle": True}))
+    args = [
+        "--config", TINY, "--out", str(tmp_path / "runs"), "--quiet", "--data", "sample:us_1min",
+        "--llm", f"scripted:{script}", "--modules", "reward", "--budget-candidates", "2",
+        "search.round_candidates=2", "search.islands=2", "search.stages=[validation,trial,short]",
+        "search.retry_repeats=true", "loop.repair_attempts=1", "loop.candidate_batch=8",
+        "loop.train_budget_s=0", "eval.n_bootstrap=100",
+    ]  # fmt: skip
+    assert train.main(args) == 0
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    store = RunStore.open(run_dir)
+    renamed, scaled, retry = store.candidates(2)
+    assert (renamed.code, program_text(scaled.code)) == (RENAMED, program_text(SCALED))
+    assert renamed.duplicate_of == "j0-default" and scaled.duplicate_of is None
+    assert (retry.retry_of, retry.attempt, retry.code) == (renamed.id, 1, answer)
+    # no full stage: the short stage is final, and the report tested its best checkpoint
+    assert retry.status == "evaluated" and retry.duplicate_of is None
+    prompts = {row["id"]: row["prompt"] for row in store.prompts(2)}
+    asked, sent = prompts[renamed.prompt_id], prompts[retry.prompt_id]
+    assert sent.startswith(asked.rstrip() + f"\n\n{REPEATED_HEADING}\n```python\n{RENAMED}")
+    said = (
+        "It is a program shown above with only its names changed."
+        if is_copy(RENAMED, asked)
+        else "It computes the same outputs as candidate j0-default"
+    )
+    assert said in sent
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["self_debugging"] == {"1": {"sent": 1, "repeats": 1, "passed": 1}}
+    assert (report["designed_valid"], report["duplicate_rate"]) == (3, pytest.approx(1 / 3))
+    md = (run_dir / "report.md").read_text()
+    assert "round 1: 1 sent back (1 repeating a program), 1 passed validation" in md
