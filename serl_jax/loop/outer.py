@@ -602,22 +602,30 @@ class SERLLoop:
         return cand
 
     def _sent_back(
-        self, j: int, cands: list[Candidate], attempt: int
+        self, cands: list[Candidate], attempt: int, asked: dict[int, str]
     ) -> list[tuple[Candidate, str]]:
-        """The candidates of iteration j (``cands``) that self-debugging round ``attempt``
-        sends back, each with the prompt it goes back with: those of round
-        ``attempt - 1`` rejected before training and not yet answered, with the
-        validator's one-line error (:func:`llm.prompts.debug_prompt`)."""
-        answered = {c.retry_of for c in cands if c.retry_of}
-        asked = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
+        """The candidates of an iteration (``cands``) that self-debugging round
+        ``attempt`` sends back, each with the prompt it goes back with: those of
+        :meth:`_unanswered` rejected before training, with the validator's one-line error
+        (:func:`llm.prompts.debug_prompt`; ``asked``: prompt text by prompt id)."""
         back = []
-        for c in cands:
-            if c.attempt == attempt - 1 and c.status == "rejected" and c.id not in answered:
-                if c.module in MICRO_PROMPTS:
-                    stage, reason = c.validation["stage"], c.validation["reason"]
-                    text = debug_prompt(c.module, asked[c.prompt_id], c.code, stage, reason)
-                    back.append((c, text))
+        for c in self._unanswered(cands, attempt):
+            if c.status == "rejected":
+                stage, reason = c.validation["stage"], c.validation["reason"]
+                text = debug_prompt(c.module, asked[c.prompt_id], c.code, stage, reason)
+                back.append((c, text))
         return back
+
+    @staticmethod
+    def _unanswered(cands: list[Candidate], attempt: int) -> list[Candidate]:
+        """The candidates of round ``attempt - 1`` that no retry answers yet, of a module
+        the designer writes."""
+        answered = {c.retry_of for c in cands if c.retry_of}
+        return [
+            c
+            for c in cands
+            if c.attempt == attempt - 1 and c.id not in answered and c.module in MICRO_PROMPTS
+        ]
 
     def _debug(self, j: int, attempt: int) -> list[Candidate]:
         """Self-debugging round ``attempt`` of iteration j (``loop.repair_attempts``):
@@ -628,7 +636,8 @@ class SERLLoop:
         recorded as new candidates (``retry_of``, ``attempt``) and returned. A resumed run
         asks only for the retries it lacks."""
         cands = self.store.candidates(j)
-        back = self._sent_back(j, cands, attempt)
+        asked = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
+        back = self._sent_back(cands, attempt, asked)
         if not back:
             return []
         idx = max(c.idx for c in cands) + 1

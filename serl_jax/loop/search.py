@@ -52,7 +52,7 @@ from typing import Any
 
 from llm.designs import library
 from llm.parsing import program_text
-from llm.prompts import MICRO_PROMPTS, repeat_prompt, search_prompt
+from llm.prompts import repeat_prompt, search_prompt
 from serl_jax.config import SEARCH_PROMPT_KINDS
 from serl_jax.loop.cascade import budget_left, promoted
 from serl_jax.loop.dispatch import ProgramEvaluator
@@ -271,27 +271,18 @@ class SERLSearch(SERLLoop):
         return out
 
     def _sent_back(
-        self, j: int, cands: list[Candidate], attempt: int
+        self, cands: list[Candidate], attempt: int, asked: dict[int, str]
     ) -> list[tuple[Candidate, str]]:
-        """The outer loop's rejected candidates, then (``search.retry_repeats``) each valid
-        designed candidate of round ``attempt - 1``, not yet answered, that repeats a
-        program: a copy of a program its prompt showed, else the same outputs as an
-        earlier candidate (:meth:`_functional_duplicates`), with
-        :func:`llm.prompts.repeat_prompt`."""
-        back = super()._sent_back(j, cands, attempt)
+        """The outer loop's rejected candidates, then (``search.retry_repeats``) each
+        validated designed candidate of :meth:`_unanswered` that repeats a program: a copy
+        of a program its prompt showed, else the same outputs as an earlier candidate
+        (:meth:`_functional_duplicates`), with :func:`llm.prompts.repeat_prompt`."""
+        back = super()._sent_back(cands, attempt, asked)
         if not self.search.retry_repeats:
             return back
-        answered = {c.retry_of for c in cands if c.retry_of}
-        asked = {row["id"]: row["prompt"] for row in self.store.prompts(j)}
-        valid = [c for c in cands if c.status == "validated"]
-        originals = self._functional_duplicates(valid)
-        for cand in valid:
-            if (
-                cand.attempt != attempt - 1
-                or cand.id in answered
-                or cand.prompt_id is None
-                or cand.module not in MICRO_PROMPTS
-            ):
+        originals = self._functional_duplicates([c for c in cands if c.status == "validated"])
+        for cand in self._unanswered(cands, attempt):
+            if cand.status != "validated" or cand.prompt_id is None:
                 continue
             prompt = asked[cand.prompt_id]
             if is_copy(cand.code, prompt):

@@ -189,19 +189,26 @@ def _fence(code: str) -> str:
     return f"A new program:\n```python\n{code}```\n"
 
 
+def _scripted_search(tmp: Path, completions: dict[str, list[str]], *options: str) -> list[str]:
+    """``train`` arguments of a tiny reward-only search whose designer cycles through
+    ``completions`` (a scripted backend's keyed queues), with ``options`` added."""
+    script = tmp / "script.json"
+    script.write_text(json.dumps({"completions": completions, "cycle": True}))
+    return [
+        "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
+        "--llm", f"scripted:{script}", "--modules", "reward", "search.islands=2",
+        "loop.candidate_batch=8", "loop.train_budget_s=0", "eval.n_bootstrap=100", *options,
+    ]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def search_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("search")
-    script = tmp / "script.json"
     completions = {"LLM4Reward": [_fence(RENAMED), _fence(SCALED_WITHOUT_HELPER)]}
-    script.write_text(json.dumps({"completions": completions, "cycle": True}))
-    args = [
-        "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
-        "--llm", f"scripted:{script}", "--modules", "reward", "--budget-candidates", "4",
-        "search.round_candidates=2", "search.islands=2", "search.promote=0.5",
-        "search.reset_every=1", "loop.candidate_batch=8", "loop.train_budget_s=0",
-        "eval.n_bootstrap=100",
-    ]  # fmt: skip
+    args = _scripted_search(
+        tmp, completions, "--budget-candidates", "4", "search.round_candidates=2",
+        "search.promote=0.5", "search.reset_every=1",
+    )  # fmt: skip
     jobs: list[list[str]] = []
     real = dispatch._evaluate_job
 
@@ -342,19 +349,15 @@ def test_repeats_go_back_to_the_designer_with_what_they_repeat(tmp_path):
     from serl_jax.loop.novelty import is_copy
 
     answer = DEFAULT_CODE["reward"].replace("* 1e4", "* 3e4")
-    script = tmp_path / "script.json"
     completions = {
         REPEATED_HEADING: [_fence(answer)],
         "LLM4Reward": [_fence(RENAMED), _fence(SCALED)],
     }
-    script.write_text(json.dumps({"completions": completions, "cycle": True}))
-    args = [
-        "--config", TINY, "--out", str(tmp_path / "runs"), "--quiet", "--data", "sample:us_1min",
-        "--llm", f"scripted:{script}", "--modules", "reward", "--budget-candidates", "2",
-        "search.round_candidates=2", "search.islands=2", "search.stages=[validation,trial,short]",
-        "search.retry_repeats=true", "loop.repair_attempts=1", "loop.candidate_batch=8",
-        "loop.train_budget_s=0", "eval.n_bootstrap=100",
-    ]  # fmt: skip
+    args = _scripted_search(
+        tmp_path, completions, "--budget-candidates", "2", "search.round_candidates=2",
+        "search.stages=[validation,trial,short]", "search.retry_repeats=true",
+        "loop.repair_attempts=1",
+    )  # fmt: skip
     assert train.main(args) == 0
     (run_dir,) = list((tmp_path / "runs").iterdir())
     store = RunStore.open(run_dir)
