@@ -12,6 +12,7 @@ import shutil
 import string
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -286,6 +287,31 @@ def test_errors_are_one_line(model_dirs, spec, options, needle):
         make_backend(spec.format(plain=model_dirs["plain"]), **options)
     message = str(info.value)
     assert "\n" not in message and needle in message
+
+
+def test_bfloat16_on_a_cpu_without_bfloat16_instructions_warns(model_dirs, monkeypatch):
+    folder = str(model_dirs["plain"])
+
+    def ours(record) -> list[str]:
+        return [str(w.message) for w in record if "no bfloat16 instructions" in str(w.message)]
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert not hf_module.cpu_has_bfloat16()
+    with pytest.warns(UserWarning, match="loop.hf_dtype=float32"):
+        HFBackend(folder, dtype="bfloat16", device="cpu")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        HFBackend(folder, dtype="float32", device="cpu")
+    assert ours(record) == []
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)  # AMX computes it
+    assert hf_module.cpu_has_bfloat16()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        HFBackend(folder, dtype="bfloat16", device="cpu")
+    assert ours(record) == []
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")  # a PyTorch that cannot tell
+    assert hf_module.cpu_has_bfloat16()
 
 
 def test_auto_device_threads_and_token_counts(model_dirs):
