@@ -260,9 +260,11 @@ class LoopConfig:
         hf_device: where an ``hf:`` designer runs: ``auto`` (``cuda`` when PyTorch sees a
             GPU, else ``cpu``), ``cpu``, ``cuda`` or ``cuda:<i>``.
         hf_dtype: the ``hf:`` designer's weights: ``bfloat16`` (a 1.5B model in 5.4 GiB
-            at 5.4 tokens/s on one thread of a 2-core CPU, against 8.7 GiB and 3.2
-            tokens/s in float32), ``float32``, ``float16`` or ``auto`` (the checkpoint's;
-            a GGUF file dequantizes to float32).
+            at 5.4 tokens/s on one thread of a 2-core AMD EPYC, against 8.7 GiB and 3.2
+            tokens/s in float32; on a CPU without bfloat16 instructions float32 is the
+            faster one, and the backend warns: :func:`llm.backends.hf.cpu_has_bfloat16`),
+            ``float32``, ``float16`` or ``auto`` (the checkpoint's; a GGUF file
+            dequantizes to float32).
         hf_threads: PyTorch CPU threads of the ``hf:`` designer (0: PyTorch's default).
         market: the dataset the loop designs for (``sample:<name>`` or a path).
         iterations: J_max, the most outer iterations (seeds: 50; the CPU default is 3 so

@@ -138,6 +138,10 @@ def _resolve_source(path_or_name: str) -> tuple[str, str | None, bool]:
     return path_or_name, None, False
 
 
+#: PyTorch's (private) probes of the CPU's bfloat16 instructions.
+_BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+
+
 def cpu_has_bfloat16() -> bool:
     """Whether this CPU multiplies in bfloat16 (``avx512_bf16`` or AMX, as PyTorch reports
     them); True where PyTorch cannot tell. Without them every bfloat16 product is
@@ -147,10 +151,6 @@ def cpu_has_bfloat16() -> bool:
     if not all(callable(check) for check in checks):
         return True
     return any(check() for check in checks)
-
-
-#: PyTorch's (private) probes of the CPU's bfloat16 instructions.
-_BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 
 
 def _torch_dtype(dtype: str | None) -> str | torch.dtype:
