@@ -1,8 +1,9 @@
 """Designer throughput: tokens/s of the ``hf`` backend on one device, at the loop's batch sizes.
 
 The loop asks the designer for K completions of one module's prompt in one ``generate``
-call (:meth:`serl_jax.loop.SERLLoop._ask`), so what a run waits for is the wall time of
-that call at K = 1, 4, 8. This script times exactly that call (the backend the loop uses,
+call (:meth:`serl_jax.loop.SERLLoop._ask`; the search asks for a round's K distinct
+prompts in one call), so what a run waits for is the wall time of that call at K = 1, 4,
+8 or 16. This script times exactly that call (the backend the loop uses,
 its sampling settings, the real design prompt of ``--module``) and prints, per batch size,
 the tokens generated, seconds, tokens/s over all completions, tokens/s per completion and
 the peak memory. ``--prefill shared,generate`` times each batch size both ways with the

@@ -8,9 +8,10 @@ islands from the design library (:mod:`llm.designs`): each library program of a 
 module is a candidate (``prompt_kind`` ``library``), dealt to the islands in turn, so
 no island is shown the same fixed example. Each later round j:
 
-1. **design** (``search.round_candidates`` candidates, fewer when the budget ends):
-   candidate i designs module ``loop.modules[i % M]`` on island ``i % search.islands``
-   with a prompt kind drawn by ``search.prompt_mix`` (:func:`llm.prompts.search_prompt`):
+1. **design** (``search.round_candidates`` candidates, fewer when the budget ends, all
+   asked in one designer call): candidate i designs module ``loop.modules[i % M]`` on
+   island ``i % search.islands`` with a prompt kind drawn by ``search.prompt_mix``
+   (:func:`llm.prompts.search_prompt`):
    ``better`` shows up to ``search.shots`` of the island's programs in ascending score
    (FunSearch's best-shot prompt, Romera-Paredes et al. 2024); ``form`` shows the same
    and asks for another form; ``parameters`` shows the island's best and asks for other
@@ -146,7 +147,7 @@ class SERLSearch(SERLLoop):
             self._design(j)
 
     def _design(self, j: int) -> None:
-        """Round j's prompts, one designer call per module, and their candidates."""
+        """Round j's prompts, all in one designer call, and their candidates."""
         k, _ = budget_left(self.search, self._designed(), float("-inf"))
         db = self.database()
         rng = random.Random(f"round-{self.cfg.run.seed}-{j}")
@@ -163,11 +164,8 @@ class SERLSearch(SERLLoop):
                 shots = [Program(reference.id, module, code, float(reference.score))]
                 kind = "better" if kind == "crossover" else kind
             asks.setdefault(module, []).append((island, kind, shots))
-        prompts: list[tuple[str, str, str, list[str], Any]] = []
-        candidates: list[tuple[int, Candidate]] = []
-        idx = 0
-        for module, group in asks.items():
-            texts = [
+        texts = {
+            module: [
                 search_prompt(
                     kind,
                     module,
@@ -180,10 +178,19 @@ class SERLSearch(SERLLoop):
                 )  # fmt: skip
                 for _, kind, shots in group
             ]
-            answers = self._ask([module], texts, 1, f"[j={j}] {module}: ")
-            for (island, kind, shots), text, [completion] in zip(
-                group, texts, answers, strict=True
-            ):
+            for module, group in asks.items()
+        }
+        # one call for the round: 16 rows decoded 1.37x the tokens/s of 8 on a 2-core CPU
+        counts = ", ".join(f"{len(group)} {module}" for module, group in asks.items())
+        answers = iter(
+            self._ask(list(asks), [t for m in asks for t in texts[m]], 1, f"[j={j}] {counts}: ")
+        )
+        prompts: list[tuple[str, str, str, list[str], Any]] = []
+        candidates: list[tuple[int, Candidate]] = []
+        idx = 0
+        for module, group in asks.items():
+            for (island, kind, shots), text in zip(group, texts[module], strict=True):
+                [completion] = next(answers)
                 prompts.append((module, "design", text, [completion], None))
                 parents = [s.candidate_id for s in shots] + [incumbent.id]
                 cand = self._candidate(

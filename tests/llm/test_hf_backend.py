@@ -8,6 +8,7 @@ alphabet (so texts re-tokenize to the same ids), the model a 2-layer Llama with 
 
 from __future__ import annotations
 
+import random
 import shutil
 import string
 import subprocess
@@ -163,6 +164,28 @@ def test_logprobs_match_a_forward_pass(variant, request):
             expected = recomputed_logprobs(backend, prompt, c.token_ids)
             torch.testing.assert_close(torch.tensor(c.token_logprobs), expected, atol=1e-4, rtol=0)
     assert ended > 0  # the EOS path is exercised
+
+
+def test_tempered_samples_are_transformers_own_and_logprobs_untempered(model_dirs):
+    """The backend applies the temperature itself (after reading the raw logits): its
+    samples are those of ``model.generate``'s own temperature sampling under the same
+    seed, and the recorded log-probabilities are the untempered model's."""
+    backend = HFBackend(str(model_dirs["plain"]), seed=5, share_prefill=False)
+    seed = random.Random(5).getrandbits(63)  # the backend's first call's torch seed
+    [row] = backend.generate_with_logprobs(PROMPTS[:1], n=3, temperature=0.7, max_new_tokens=25)
+    ids = torch.tensor([backend.prompt_token_ids(PROMPTS[0])] * 3)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        want = backend.model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+            temperature=0.7, top_k=0, top_p=1.0, max_new_tokens=25,
+            eos_token_id=EOS, pad_token_id=EOS,
+        )[:, ids.shape[1] :].tolist()  # fmt: skip
+    assert len({c.token_ids for c in row}) > 1  # three different samples
+    for c, reference in zip(row, want, strict=True):
+        assert list(c.token_ids) == reference[: len(c.token_ids)]
+        expected = recomputed_logprobs(backend, PROMPTS[0], c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.token_logprobs), expected, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("variant", ["plain", "chat"])

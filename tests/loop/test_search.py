@@ -340,6 +340,25 @@ def test_report_counts_the_stages(search_run):
     assert report["short_vs_full"]["n"] == len(pairs)
 
 
+def test_a_round_asks_for_every_modules_programs_in_one_call(tmp_path):
+    """A round's prompts, a reward's and a network's, go to the designer in one call."""
+    completions = {
+        "LLM4Reward": [_fence(SCALED)],
+        "LLM4Agent": [_fence(DEFAULT_CODE["network"])],
+    }
+    args = _scripted_search(
+        tmp_path, completions, "--budget-candidates", "2", "search.round_candidates=2",
+        "search.stages=[validation,trial,short]", "loop.repair_attempts=0",
+        "--modules", "reward,network",
+    )  # fmt: skip
+    assert train.main(args) == 0
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    store = RunStore.open(run_dir)
+    assert [row["module"] for row in store.prompts(2)] == ["reward", "network"]
+    designer = json.loads((run_dir / "report.json").read_text())["designer"]
+    assert (designer["calls"], designer["completions"]) == (1, 2)
+
+
 def test_repeats_go_back_to_the_designer_with_what_they_repeat(tmp_path):
     """search.retry_repeats: a valid program that repeats one (here the default reward
     with a variable renamed) goes back in the self-debugging round with
