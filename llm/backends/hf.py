@@ -638,8 +638,6 @@ class _TokenLogprobs(LogitsProcessor):
 
     def finish(self, new: torch.Tensor) -> torch.Tensor:
         """float32 (rows, T): log p of each of ``new``'s tokens (int64 (rows, T), the
-        call's new tokens), the last one's read from the last step's logits."""
-        if self._previous is None:
-            return torch.zeros(new.shape, dtype=torch.float32, device=new.device)
+        call's new tokens, at least one), the last one's read from the last step's logits."""
         last = self._previous.gather(1, new[:, -1:])[:, 0]
         return torch.stack([*self._picked, last], dim=1)
