@@ -491,20 +491,31 @@ class SERLLoop:
             prompts.append(("instruction", "refinement", prompt, completions, instruction))
             instruction = instruction or self._instruction()
         incumbent = self.best()
-        candidates: list[tuple[int, Candidate]] = []
-        idx = 0
+        # One prompt per sample (each showing its own example), or one prompt sampled k
+        # times. Modules asking as many samples per prompt share one designer call: a local
+        # model decodes 16 rows at 1.37x the tokens/s of 8 on a 2-core CPU.
+        texts: dict[str, list[str]] = {}
+        by_n: dict[int, list[str]] = {}
         for module, k in self._split_candidates().items():
             examples = (
                 self.buffer.examples(self.loop.num_examples, module) if self.high_level else []
             )
             shown = MICRO_PROMPTS[module].examples if self.loop.vary_examples else ()
-            texts = [
+            texts[module] = [
                 self._design_text(module, instruction, examples, feedback, example)
                 for example in ([shown[i % len(shown)] for i in range(k)] if shown else [None])
             ]
-            # One prompt: k samples of it; one prompt per sample: one sample each.
-            answers = self._ask([module], texts, 1 if shown else k, f"[j={j}] {module}: ")
-            for prompt, completions in zip(texts, answers, strict=True):
+            by_n.setdefault(1 if shown else k, []).append(module)
+        answers: dict[str, list[list[str]]] = {}
+        for n, modules in by_n.items():
+            counts = ", ".join(f"{len(texts[m]) * n} {m}" for m in modules)
+            asked = [t for m in modules for t in texts[m]]
+            rows = iter(self._ask(modules, asked, n, f"[j={j}] {counts}: "))
+            answers |= {m: [next(rows) for _ in texts[m]] for m in modules}
+        candidates: list[tuple[int, Candidate]] = []
+        idx = 0
+        for module in texts:
+            for prompt, completions in zip(texts[module], answers[module], strict=True):
                 prompts.append((module, "design", prompt, completions, None))
                 for completion in completions:
                     cand = self._candidate(

@@ -159,18 +159,20 @@ def test_the_incumbent_imagination_goes_into_other_slots_candidates(tmp_path):
     assert by_module["reward"].parent_ids == ["j1-c1"]
     assert by_module["imagination"].imagination_code == ZERO_VOLUME
     assert by_module["imagination"].reward_code == DEFAULT_CODE["reward"]
-    # each module's own token budget, capped by loop.max_new_tokens (1024)
+    # one call (one sample per prompt each), within the larger of the modules' token
+    # budgets (reward 640, imagination 512), capped by loop.max_new_tokens (1024)
     module = re.compile(r"^MODULE: (\w+)$", re.M)
-    budgets = {module.search(c["prompts"][0])[1]: c["max_new_tokens"] for c in backend.calls}
-    assert budgets == {"LLM4Reward": 640, "LLM4Imagine": 512}
+    [call] = backend.calls
+    assert [module.search(p)[1] for p in call["prompts"]] == ["LLM4Reward", "LLM4Imagine"]
+    assert call["max_new_tokens"] == 640
     capped = dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, max_new_tokens=100))
     loop = SERLLoop(capped, backend, store, obs_dim=10, num_features=5, log=None)
     loop._propose(3)  # refines the instruction first (loop.refine_every = 2)
-    calls = backend.calls[2:]
-    assert [module.search(c["prompts"][0])[1] for c in calls] == [
-        "InstructionRefinement", "LLM4Reward", "LLM4Imagine",
+    calls = backend.calls[1:]
+    assert [[module.search(p)[1] for p in c["prompts"]] for c in calls] == [
+        ["InstructionRefinement"], ["LLM4Reward", "LLM4Imagine"],
     ]  # fmt: skip
-    assert [c["max_new_tokens"] for c in calls] == [100, 100, 100]
+    assert [c["max_new_tokens"] for c in calls] == [100, 100]
 
 
 def test_programs_with_different_imaginations_train_apart():

@@ -253,16 +253,20 @@ def test_best_candidate_is_reported_and_checkpointed(resumed_run):
     assert "| j1-c4 | reward | rejected | j1-c1 (round 1) |  | rejected at the static" in md
 
 
-def test_a_self_debugging_round_is_one_designer_call(resumed_run):
-    """Each round's rejected candidates of every module go back in one generate call
-    (batched: a local model decodes one answer at a third of its batched rate)."""
+def test_a_design_step_and_a_self_debugging_round_are_one_designer_call_each(resumed_run):
+    """An iteration's design prompts of every module (each showing its own example: one
+    sample per prompt) go to the designer in one generate call, and so do each
+    self-debugging round's rejected candidates (batched: a local model decodes one answer
+    at a third of its batched rate)."""
     store = RunStore.open(resumed_run[0])
     prompts = store.prompts()
-    design = {(p["iteration"], p["module"]) for p in prompts if p["purpose"] == "design"}
+    design = [p for p in prompts if p["purpose"] == "design"]
     refinement = {p["iteration"] for p in prompts if p["purpose"] == "refinement"}
     retries = [c for c in store.candidates() if c.retry_of]
     rounds = {(c.iteration, c.attempt) for c in retries}
-    assert store.meta("designer_usage")["calls"] == len(design) + len(refinement) + len(rounds)
+    iterations = {p["iteration"] for p in design}
+    assert store.meta("designer_usage")["calls"] == len(iterations) + len(refinement) + len(rounds)
+    assert all(len({p["module"] for p in design if p["iteration"] == j}) > 1 for j in iterations)
     mixed = [
         r for r in rounds if len({c.module for c in retries if (c.iteration, c.attempt) == r}) > 1
     ]
@@ -474,9 +478,10 @@ def test_a_candidate_past_its_training_budget_fails_and_the_loop_goes_on(tmp_pat
     outcome = SERLLoop(cfg, backend, store, obs_dim=7, num_features=5, log=lines.append).run()
 
     assert (outcome.reason, outcome.best.id) == ("max_iterations", "j0-default")
-    # Each designer call logs its seconds per candidate (tokens/s where it counts tokens).
-    calls = [line for line in lines if re.match(r"\[j=1\] (reward|network): 1 completion", line)]
-    assert len(calls) == 2 and all("s per candidate)" in line for line in calls)
+    # The one designer call logs its modules and seconds per candidate (tokens/s where it
+    # counts tokens).
+    calls = [line for line in lines if re.match(r"\[j=1\] 1 reward, 1 network: 2 completion", line)]
+    assert len(calls) == 1 and "s per candidate)" in calls[0]
     j1 = store.candidates(1)
     assert [c.module for c in j1] == ["reward", "network"]
     assert j1[0].repairs == ["line 5: import jnp -> import jax.numpy as jnp"]
@@ -576,3 +581,39 @@ def test_imagination_samples_each_see_another_library_example(tmp_path, vary):
         [prompt] = backend.prompts
         assert f"```python\n{DEFAULT_CODE['imagination'].rstrip()}\n```" in prompt
         assert {c.prompt_id for c in cands} == set(asked)
+
+
+@pytest.mark.parametrize(
+    ("modules", "candidates", "expected", "order"),
+    [
+        ("reward,network", 4, [(2, 2)], "rrnn"),
+        ("reward,network", 3, [(2, 1), (1, 1)], "rrn"),
+        ("reward,network,imagination", 6, [(2, 2), (1, 2)], "rrnnii"),
+    ],
+)
+def test_an_iterations_modules_share_a_designer_call(
+    tmp_path, modules, candidates, expected, order
+):
+    """No training: an iteration's prompts go to the designer in one generate call per
+    number of samples asked of each prompt (``expected``: each call's ``n`` and number of
+    prompts): a reward and a network prompt sampled twice each share a call, an
+    imagination asked once per sample (``loop.vary_examples``, one prompt per library
+    example) or an uneven split (3 candidates: the reward's prompt sampled twice, the
+    network's once) are asked apart. The candidates keep the modules' order (``order``:
+    their initials)."""
+    cfg = load_config(TINY, [f"loop.modules=[{modules}]", f"loop.candidates={candidates}"])
+    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
+    reference = Candidate(
+        id="j0-default", iteration=0, idx=0, module="default", status="evaluated",
+        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
+        score=-20.0, metrics={},
+    )  # fmt: skip
+    store.add_proposals(0, [], [(None, reference)])
+    backend = ScriptedBackend([_fence(PROGRAMS / "ok_reward_terms.txt")], cycle=True)
+    loop = SERLLoop(cfg, backend, store, obs_dim=10, num_features=5, log=None)
+    loop._propose(1)
+    assert [(call["n"], len(call["prompts"])) for call in backend.calls] == expected
+    cands = store.candidates(1)
+    assert "".join(c.module[0] for c in cands) == order
+    asked = {row["id"]: row["module"] for row in store.prompts(1)}
+    assert all(asked[c.prompt_id] == c.module for c in cands)
