@@ -191,7 +191,7 @@ def test_tempered_samples_are_transformers_own_and_logprobs_untempered(model_dir
 @pytest.mark.parametrize("variant", ["plain", "chat"])
 def test_a_shared_prefill_samples_what_generate_alone_samples(variant, model_dirs):
     """Each distinct prompt of a call is run through the model once (its tokens but the
-    last, one row per distinct prompt) and its cache copied to its completions; they are
+    last, alone) and its cache copied to its completions; they are
     the completions of ``model.generate`` prefilling every row itself, same seed."""
     options = {"system_prompt": "be brief"} if variant == "chat" else {}
     shared = HFBackend(str(model_dirs[variant]), seed=3, **options)
@@ -214,8 +214,9 @@ def test_a_shared_prefill_samples_what_generate_alone_samples(variant, model_dir
     for row, reference in zip(got, want, strict=True):
         for c, r in zip(row, reference, strict=True):
             assert c.token_logprobs == pytest.approx(r.token_logprobs, abs=1e-5)
-    longest = max(len(shared.prompt_token_ids(p)) for p in PROMPTS)
-    assert shapes[:2] == [(2, longest - 1), (9, 1)]  # the prefill, then generate's first step
+    lengths = [len(shared.prompt_token_ids(p)) for p in PROMPTS]
+    # the prefill, one forward per distinct prompt, then generate's first step
+    assert shapes[:3] == [(1, lengths[0] - 1), (1, lengths[1] - 1), (9, 1)]
     assert shared.generate(prompts, n=2, temperature=0, max_new_tokens=12) == alone.generate(
         prompts, n=2, temperature=0, max_new_tokens=12
     )

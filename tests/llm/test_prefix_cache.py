@@ -1,9 +1,10 @@
 """The hf backend's shared prompt prefix (``HFBackend(share_prefill=True)``, the default).
 
-Each distinct prompt of a call is run through the model once (all its tokens but the last)
-and the resulting ``DynamicCache`` is expanded to the rows that continue it
-(``DynamicCache.reorder_cache``), which ``model.generate`` then extends; ``share_prefill=False``
-leaves the prefill to ``model.generate``, which repeats the prompt once per completion.
+Each distinct prompt of a call is run through the model once, alone (all its tokens but the
+last), and its keys and values are copied, left-padded, into a preallocated ``StaticCache``
+row for each completion that continues it, which ``model.generate`` then fills in place;
+``share_prefill=False`` leaves the prefill to ``model.generate``, which repeats the prompt
+once per completion.
 Checked on two tiny random float32 models built offline by ``tests/llm/tiny_lm.py``: a
 Qwen2 (the architecture of the Qwen2.5-Coder designers) and a Llama, both 2 layers, hidden
 size 32, with the byte-level BPE tokenizer of ``tiny_lm.tiny_tokenizer``.
@@ -107,16 +108,17 @@ def _forward_lengths(backend: HFBackend, prompts: list[str], n: int) -> list[tup
 
 
 def test_the_prefill_runs_once_per_distinct_prompt(model_dir):
-    """With the cached prefix, one forward covers the prompts (one row per distinct prompt,
-    all tokens but the last) and every later forward is one position per row; uncached,
+    """With the cached prefix, one forward per distinct prompt covers its tokens but the
+    last, without padding, and every later forward is one position per row; uncached,
     ``model.generate`` prefills ``len(prompts) * n`` full-length rows."""
     cached, uncached = _backends(model_dir)
     prompts, n = [PROMPTS[0], PROMPTS[1], PROMPTS[0]], 4
-    longest = max(len(cached.prompt_token_ids(p)) for p in prompts)
+    lengths = [len(cached.prompt_token_ids(p)) for p in PROMPTS]
+    longest = max(lengths)
     shapes = _forward_lengths(cached, prompts, n)
-    assert shapes[0] == (2, longest - 1)
-    assert all(shape == (len(prompts) * n, 1) for shape in shapes[1:])
-    assert len(shapes) <= MAX_NEW + 1  # the prefill, then at most one forward per new token
+    assert shapes[:2] == [(1, lengths[0] - 1), (1, lengths[1] - 1)]
+    assert all(shape == (len(prompts) * n, 1) for shape in shapes[2:])
+    assert len(shapes) <= MAX_NEW + 2  # the prefills, then at most one forward per new token
     plain = _forward_lengths(uncached, prompts, n)
     assert plain[0] == (len(prompts) * n, longest)
     assert all(shape == (len(prompts) * n, 1) for shape in plain[1:])
