@@ -45,16 +45,19 @@ Behaviour:
   starts, so a call holds one step's logits, not all of them (6.2 GB for 16 rows of 640
   tokens of a 151,936-token vocabulary).
 - Shared prefill (``share_prefill``, the default): each distinct prompt of a call is run
-  through the model once, alone (no padding), and its key/value cache is copied, left-padded,
-  into a preallocated cache row for every completion that continues it (``n`` samples of one
-  prompt, or equal prompts), so only the decoding steps are paid per completion. ``model.generate`` expands rows before the prefill, which
-  repeats a 2,500-token prompt's prefill for each of ``n`` samples (about 12 s each for
-  the 1.5B designer on a 2-core CPU; decoding is still most of a call). The sampling
+  through the model once, alone (no padding), and its key/value cache is copied,
+  left-padded, into a preallocated cache row (``StaticCache``, filled in place) for every
+  completion that continues it (``n`` samples of one prompt, or equal prompts), so only
+  the decoding steps are paid per completion. ``model.generate`` alone expands rows before
+  the prefill, which repeats a 2,500-token prompt's prefill for each of ``n`` samples,
+  and its ``DynamicCache`` copies every layer's cache at each step. The sampling
   distribution is the same; in float32 the samples equal those of ``model.generate``
   alone, while in bfloat16 the other rounding of a one-row prefill makes sequences part
-  after some tokens. Measured on a 2-core CPU: 1.31x faster for 8 samples of the 1.5B
-  designer, no gain for SmolLM2-135M
-  (``benchmarks/results/2026-11-26-hf-prefill-and-dtype-cpu.md``).
+  after some tokens. Measured on 2-core CPUs: 1.31x faster for 8 samples of one prompt of
+  the 1.5B designer (``benchmarks/results/2026-11-26-hf-prefill-and-dtype-cpu.md``, with
+  a batched prefill and a ``DynamicCache``); a search round's 16 prompts, 1.32x faster
+  again with the unpadded prefill and the preallocated cache
+  (``benchmarks/results/2026-11-30-hf-static-cache-cpu.md``).
 
 The model is put in eval mode (no dropout) when loaded; code that switches it to train
 mode should switch it back before sampling. torch and transformers are imported by this
