@@ -17,7 +17,10 @@ is then, for a shared-prefill call, its new tokens over its seconds less that pr
 ``--lora-samples N`` it then times one low-level DEK update
 (:meth:`llm.dek.low_level.LowLevelDEK.update`, the default LoRA settings) on N of the
 completions it generated: what a ``--dek low`` run adds per outer iteration, one
-forward and backward pass per candidate.
+forward and backward pass per candidate. ``--round RUN_DIR:J`` times instead the call a
+search round made: the design prompts a run store recorded for iteration J, one sample
+each, in one call (``--fixed-length`` decodes ``--max-new-tokens`` in every row, so that
+two commits do the same work).
 
 Two ways to name the model:
 
@@ -43,6 +46,9 @@ Usage::
         --device cuda --dtype bfloat16 --batch 1,4,8
     python benchmarks/bench_hf_throughput.py --model qwen2.5-coder-1.5b --threads 2 \\
         --batch 4 --repeats 1 --lora-samples 4
+    python benchmarks/bench_hf_throughput.py --model qwen2.5-coder-1.5b --threads 2 \\
+        --dtype float32 --round runs/search-ac/ac-hf-qwen2.5-coder-1.5b-s2:2 --repeats 1 \\
+        --max-new-tokens 160 --fixed-length
 """
 
 from __future__ import annotations
@@ -138,6 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--repeats", type=int, default=2, help="timed calls per batch size")
     p.add_argument("--module", default="reward", help="whose design prompt to use")
+    p.add_argument(
+        "--round", metavar="RUN_DIR:J",
+        help="instead: one call of the design prompts a run store recorded for iteration J",
+    )  # fmt: skip
+    p.add_argument(
+        "--fixed-length", action="store_true",
+        help="no stop after the code block: every completion decodes --max-new-tokens",
+    )  # fmt: skip
     p.add_argument("--lora-samples", type=int, default=0, help="time a LoRA update on N")
     p.add_argument(
         "--prefill", default="shared",
@@ -155,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         export_architecture(args.model, args.export_architecture)
         return 0
 
-    prompt = real_prompt(args.module)
+    prompts = round_prompts(args.round) if args.round else [real_prompt(args.module)]
+    prompt = prompts[0]
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         source = args.model
@@ -173,18 +188,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torch:   {torch.__version__}, device {device}, threads {torch.get_num_threads()}")
         print(f"model:   {args.model or args.architecture} ({weights}), {params / 1e9:.2f} B "
               f"parameters, {args.dtype}; loaded in {load_s:.1f} s")  # fmt: skip
-        print(f"prompt:  the {args.module} design prompt, "
-              f"{len(backend.prompt_token_ids(prompt))} tokens; temperature {args.temperature}, "
-              f"max_new_tokens {args.max_new_tokens}")  # fmt: skip
+        backend.stop_after_code = not args.fixed_length
+        lengths = [len(backend.prompt_token_ids(x)) for x in dict.fromkeys(prompts)]
+        what = f"round {args.round}'s {len(prompts)}" if args.round else f"the {args.module}"
+        print(f"prompt:  {what} design prompt(s), {sum(lengths):,} tokens in {len(lengths)} "
+              f"distinct; temperature {args.temperature}, max_new_tokens {args.max_new_tokens}"
+              f"{', fixed length' if args.fixed_length else ''}")  # fmt: skip
         backend.generate([prompt], n=1, temperature=args.temperature, max_new_tokens=8)  # warm-up
-        prompt_tokens, prefill_s = time_prefill(backend, prompt, args.repeats)
-        print(f"prefill: {prompt_tokens:,} prompt tokens in {prefill_s:.2f} s (one row, best of "
-              f"{args.repeats}): {prompt_tokens / prefill_s:.1f} prompt tokens/s")  # fmt: skip
+        prompt_tokens, prefill_s = time_prefill(backend, prompts, args.repeats)
+        print(f"prefill: {prompt_tokens:,} prompt tokens in {prefill_s:.2f} s (each distinct "
+              f"prompt alone, best of {args.repeats}): {prompt_tokens / prefill_s:.1f} prompt "
+              f"tokens/s")  # fmt: skip
         print(f"{'K':>3} | {'prefill':>8} | {'tokens':>7} | {'s':>7} | {'tokens/s':>9} | "
               f"{'decode tok/s':>12} | {'per completion':>14} | {'s per completion':>16} | "
               f"peak GB")  # fmt: skip
         completions = []
-        for k in (int(b) for b in args.batch.split(",")):
+        calls = (
+            [(len(prompts), prompts, 1)]
+            if args.round
+            else [(k, [prompt], k) for k in (int(b) for b in args.batch.split(","))]
+        )
+        for k, asked, n in calls:
             for repeat in range(args.repeats):
                 seconds = {}
                 for mode in modes:
@@ -193,10 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     t = time.perf_counter()
-                    [rows] = backend.generate_with_logprobs(
-                        [prompt], n=k, temperature=args.temperature,
+                    rows = [c for row in backend.generate_with_logprobs(
+                        asked, n=n, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens,
-                    )  # fmt: skip
+                    ) for c in row]  # fmt: skip
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     s = seconds[mode] = time.perf_counter() - t
@@ -214,25 +238,50 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def time_prefill(backend: HFBackend, prompt: str, repeats: int) -> tuple[int, float]:
-    """``(prompt tokens, seconds)`` of the shared prefill of ``prompt`` (one row: all its
-    tokens but the last, through :meth:`HFBackend._prefill`), the fastest of ``repeats``
-    (at least one) timed runs."""
+def time_prefill(backend: HFBackend, prompts: list[str], repeats: int) -> tuple[int, float]:
+    """``(prompt tokens, seconds)`` of the shared prefill of ``prompts``' distinct prompts
+    (each alone: all its tokens but the last, through :meth:`HFBackend._prefill`), the
+    fastest of ``repeats`` (at least one) timed runs."""
+    distinct = [backend.format_prompt(x) for x in dict.fromkeys(prompts)]
     batch = backend.tokenizer(
-        [backend.format_prompt(prompt)],
+        distinct,
         add_special_tokens=not backend.uses_chat_template,
+        padding=True,
         return_tensors="pt",
     ).to(backend.device)
+    rows = torch.arange(len(distinct), device=backend.device)
     best = float("inf")
     for _ in range(max(repeats, 1)):
         if backend.device.type == "cuda":
             torch.cuda.synchronize(backend.device)
         t = time.perf_counter()
-        backend._prefill(batch["input_ids"], batch["attention_mask"])
+        backend._prefill(batch["input_ids"], batch["attention_mask"], rows, 1)
         if backend.device.type == "cuda":
             torch.cuda.synchronize(backend.device)
         best = min(best, time.perf_counter() - t)
-    return batch["input_ids"].shape[1] - 1, best
+    return int(batch["attention_mask"].sum()) - len(distinct), best
+
+
+def round_prompts(spec: str) -> list[str]:
+    """The design prompts (``purpose`` design, in the order asked) that the run store at
+    ``RUN_DIR`` recorded for iteration ``J`` (``spec``: ``RUN_DIR:J``).
+
+    Raises:
+        SystemExit: ``spec`` is not ``RUN_DIR:J`` or the run has no design prompt at J.
+    """
+    from serl_jax.loop import RunStore
+
+    folder, _, j = spec.rpartition(":")
+    if not folder or not j.isdigit():
+        raise SystemExit(f"--round: expected RUN_DIR:J (J an iteration), got {spec!r}")
+    store = RunStore.open(Path(folder))
+    try:
+        prompts = [r["prompt"] for r in store.prompts(int(j)) if r["purpose"] == "design"]
+    finally:
+        store.close()
+    if not prompts:
+        raise SystemExit(f"--round: {folder} has no design prompt at iteration {j}")
+    return prompts
 
 
 def time_lora_update(backend: HFBackend, prompt: str, completions: list) -> None:

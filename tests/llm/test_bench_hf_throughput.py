@@ -1,0 +1,56 @@
+"""``benchmarks/bench_hf_throughput.py``'s ``--round``: a stored round's design prompts, in
+the order asked, and the prefill it times (each distinct prompt alone), on a hand-made
+run store and the tiny Qwen2 model of ``tests/llm/tiny_lm.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tiny_lm import build_tiny_lm  # noqa: E402
+
+from llm.backends.hf import HFBackend  # noqa: E402
+from serl_jax.loop import RunStore  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_hf_throughput  # noqa: E402
+
+
+def test_a_rounds_design_prompts_in_order_and_their_prefill(tmp_path, capsys):
+    store = RunStore.create(tmp_path / "run", {}, "")
+    store.add_proposals(1, [("reward", "design", "p1", ["a"], None)], [])
+    store.add_proposals(
+        2,
+        [
+            ("reward", "design", "def reward(obs, action):", ["a"], None),
+            ("network", "design", "Write a network.", ["b"], None),
+            ("reward", "debug", "fix it", ["c"], None),
+            ("reward", "design", "def reward(obs, action):", ["d"], None),
+        ],
+        [],
+    )
+    store.close()
+    prompts = bench_hf_throughput.round_prompts(f"{tmp_path / 'run'}:2")
+    assert prompts == ["def reward(obs, action):", "Write a network.", "def reward(obs, action):"]
+    with pytest.raises(SystemExit, match="no design prompt at iteration 5"):
+        bench_hf_throughput.round_prompts(f"{tmp_path / 'run'}:5")
+    with pytest.raises(SystemExit, match="expected RUN_DIR:J"):
+        bench_hf_throughput.round_prompts(str(tmp_path / "run"))
+    backend = HFBackend(str(build_tiny_lm(tmp_path / "lm", architecture="qwen2")), seed=0)
+    tokens, seconds = bench_hf_throughput.time_prefill(backend, prompts, repeats=1)
+    # two distinct prompts, each prefilled without its last token
+    assert tokens == sum(len(backend.prompt_token_ids(p)) - 1 for p in prompts[:2])
+    assert seconds > 0
+    # the whole command: one call of the round's three prompts, every row 6 tokens long
+    argv = [
+        "--model", str(tmp_path / "lm"), "--round", f"{tmp_path / 'run'}:2", "--repeats", "1",
+        "--max-new-tokens", "6", "--fixed-length", "--dtype", "float32",
+    ]  # fmt: skip
+    assert bench_hf_throughput.main(argv) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  3 |"))
+    assert [cell.strip() for cell in row.split("|")[:3]] == ["3", "shared", "18"]
