@@ -544,6 +544,22 @@ def test_compact_prompts_show_the_best_program_and_one_edit(tmp_path):
         assert "## Feedback" not in prompt and "# Task: optimal execution" not in prompt
 
 
+def _first_proposals(tmp_path: Path, cfg) -> tuple[RunStore, ScriptedBackend]:
+    """No training: a run store holding the evaluated reference (-20 bps) after which
+    ``cfg``'s loop proposes iteration 1, answered by a scripted backend with one valid
+    reward; returns the store and the backend (its ``calls``)."""
+    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
+    reference = Candidate(
+        id="j0-default", iteration=0, idx=0, module="default", status="evaluated",
+        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
+        score=-20.0, metrics={},
+    )  # fmt: skip
+    store.add_proposals(0, [], [(None, reference)])
+    backend = ScriptedBackend([_fence(PROGRAMS / "ok_reward_terms.txt")], cycle=True)
+    SERLLoop(cfg, backend, store, obs_dim=10, num_features=5, log=None)._propose(1)
+    return store, backend
+
+
 @pytest.mark.parametrize("vary", [True, False])
 def test_imagination_samples_each_see_another_library_example(tmp_path, vary):
     """No training: with ``loop.vary_examples`` each imagination sample of an iteration
@@ -556,16 +572,7 @@ def test_imagination_samples_each_see_another_library_example(tmp_path, vary):
         TINY,
         ["loop.modules=[imagination]", "loop.candidates=6", f"loop.vary_examples={vary}"],
     )
-    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
-    reference = Candidate(
-        id="j0-default", iteration=0, idx=0, module="default", status="evaluated",
-        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
-        score=-20.0, metrics={},
-    )  # fmt: skip
-    store.add_proposals(0, [], [(None, reference)])
-    backend = ScriptedBackend([_fence(PROGRAMS / "ok_reward_terms.txt")], cycle=True)
-    loop = SERLLoop(cfg, backend, store, obs_dim=10, num_features=5, log=None)
-    loop._propose(1)
+    store, backend = _first_proposals(tmp_path, cfg)
     designs = [d.code for d in library("imagination")]
     asked = {row["id"]: row["prompt"] for row in store.prompts(1)}
     cands = store.candidates(1)
@@ -602,16 +609,7 @@ def test_an_iterations_modules_share_a_designer_call(
     network's once) are asked apart. The candidates keep the modules' order (``order``:
     their initials)."""
     cfg = load_config(TINY, [f"loop.modules=[{modules}]", f"loop.candidates={candidates}"])
-    store = RunStore.create(tmp_path / "run", cfg.to_dict(), "")
-    reference = Candidate(
-        id="j0-default", iteration=0, idx=0, module="default", status="evaluated",
-        reward_code=DEFAULT_CODE["reward"], network_code=DEFAULT_CODE["network"],
-        score=-20.0, metrics={},
-    )  # fmt: skip
-    store.add_proposals(0, [], [(None, reference)])
-    backend = ScriptedBackend([_fence(PROGRAMS / "ok_reward_terms.txt")], cycle=True)
-    loop = SERLLoop(cfg, backend, store, obs_dim=10, num_features=5, log=None)
-    loop._propose(1)
+    store, backend = _first_proposals(tmp_path, cfg)
     assert [(call["n"], len(call["prompts"])) for call in backend.calls] == expected
     cands = store.candidates(1)
     assert "".join(c.module[0] for c in cands) == order
