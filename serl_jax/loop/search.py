@@ -10,14 +10,16 @@ no island is shown the same fixed example. Each later round j:
 
 1. **design** (``search.round_candidates`` candidates, fewer when the budget ends, all
    asked in one designer call): candidate i designs module ``loop.modules[i % M]`` on
-   island ``i % search.islands`` with a prompt kind drawn by ``search.prompt_mix``
-   (:func:`llm.prompts.search_prompt`):
+   island ``(i // M) % search.islands`` (so every module visits every island) with a
+   prompt kind drawn by ``search.prompt_mix`` (:func:`llm.prompts.search_prompt`):
    ``better`` shows up to ``search.shots`` of the island's programs in ascending score
    (FunSearch's best-shot prompt, Romera-Paredes et al. 2024); ``form`` shows the same
    and asks for another form; ``parameters`` shows the island's best and asks for other
    parameters; ``crossover`` shows one program of the island and one of another island
-   (Liu et al. 2024, "Evolution of Heuristics"). The other slots are the incumbent's (the
-   best fully trained program), as in the outer loop.
+   (Liu et al. 2024, "Evolution of Heuristics"). A prompt whose text the run has asked
+   already (this round included) is drawn again, up to :data:`REDRAWS` times
+   (:func:`round_asks`). The other
+   slots are the incumbent's (the best fully trained program), as in the outer loop.
 2. **validation** and **trial**: the validator's static stage and its sandbox trial
    (:func:`llm.validate.validate`), with ``loop.repair_attempts`` self-debugging rounds;
    with ``search.retry_repeats`` a round also sends back the valid programs that repeat
@@ -48,7 +50,7 @@ import contextlib
 import copy
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from llm.designs import library
@@ -62,10 +64,53 @@ from serl_jax.loop.novelty import PROBED, is_copy, probe_outputs, same_outputs
 from serl_jax.loop.outer import REFERENCE_ID, SLOTS, SERLLoop, _designed_slots
 from serl_jax.loop.store import Candidate, IterationSummary
 
-__all__ = ["SEED_ROUND", "SERLSearch"]
+__all__ = ["REDRAWS", "SEED_ROUND", "SERLSearch", "round_asks"]
 
 SEED_ROUND = 1
 """The round whose candidates are the design library's programs."""
+
+REDRAWS = 8
+"""Times a round draws a prompt's kind and programs again while the prompt's text is one
+the run has asked already: the same prompt sampled again mostly gives the same program
+(the 1.5B's Almgren-Chriss seed 0: 6 of its 8 functional duplicates answered a prompt
+asked before)."""
+
+
+def round_asks(
+    k: int,
+    modules: Sequence[str],
+    num_islands: int,
+    draw: Callable[[int, str], tuple[str, list[Program], str]],
+    asked: set[str],
+    redraws: int = REDRAWS,
+) -> list[tuple[str, int, str, list[Program], str]]:
+    """A round's prompts: candidate i designs ``modules[i % M]`` on island
+    ``(i // M) % num_islands``, so every module visits every island; a prompt whose text
+    is in ``asked`` (the run's earlier prompts, then this round's) is drawn again, at most
+    ``redraws`` times, and the last draw is kept.
+
+    Args:
+        k: the round's candidates (>= 0).
+        modules: the designed modules, M >= 1 of them, in ``loop.modules`` order.
+        num_islands: the program database's islands (>= 1).
+        draw: ``(island, module) -> (kind, shots, text)``, one prompt drawn at random.
+        asked: prompt texts asked already; this round's are added to it.
+        redraws: draws again allowed per candidate (>= 0).
+
+    Returns:
+        ``(module, island, kind, shots, text)`` per candidate, in candidate order.
+    """
+    out = []
+    for i in range(k):
+        module = modules[i % len(modules)]
+        island = (i // len(modules)) % num_islands
+        for _ in range(redraws + 1):
+            kind, shots, text = draw(island, module)
+            if text not in asked:
+                break
+        asked.add(text)
+        out.append((module, island, kind, shots, text))
+    return out
 
 
 def _island_score(cand: Candidate) -> float | None:
@@ -153,33 +198,29 @@ class SERLSearch(SERLLoop):
         rng = random.Random(f"round-{self.cfg.run.seed}-{j}")
         incumbent = self.best()
         reference = next(c for c in self.store.candidates(0) if c.id == REFERENCE_ID)
+
+        def draw(island: int, module: str) -> tuple[str, list[Program], str]:
+            kind, shots = self._ask_kind(db, island, module, reference, rng)
+            text = search_prompt(
+                kind,
+                module,
+                shots,
+                score_label=self.score_label,
+                macro=self.macro,
+                style=self.loop.prompt_style,
+                imagine=self.cfg.imagine,
+                marl=self.cfg.marl,
+            )  # fmt: skip
+            return kind, shots, text
+
+        asked = {row["prompt"] for row in self.store.prompts()}
         asks: dict[str, list[tuple[int, str, list[Program]]]] = {}
-        for i in range(k):
-            module = self.loop.modules[i % len(self.loop.modules)]
-            island = i % self.search.islands
-            kind = rng.choices(SEARCH_PROMPT_KINDS, weights=self.search.prompt_mix)[0]
-            shots = self._shots(db, island, module, kind, rng)
-            if not shots:  # an island with no program of the module: the default
-                code = reference.slot_code(module)
-                shots = [Program(reference.id, module, code, float(reference.score))]
-                kind = "better" if kind == "crossover" else kind
+        texts: dict[str, list[str]] = {}
+        for module, island, kind, shots, text in round_asks(
+            k, self.loop.modules, self.search.islands, draw, asked
+        ):
             asks.setdefault(module, []).append((island, kind, shots))
-        texts = {
-            module: [
-                search_prompt(
-                    kind,
-                    module,
-                    shots,
-                    score_label=self.score_label,
-                    macro=self.macro,
-                    style=self.loop.prompt_style,
-                    imagine=self.cfg.imagine,
-                    marl=self.cfg.marl,
-                )  # fmt: skip
-                for _, kind, shots in group
-            ]
-            for module, group in asks.items()
-        }
+            texts.setdefault(module, []).append(text)
         # one call for the round: 16 rows decoded 1.37x the tokens/s of 8 on a 2-core CPU
         counts = ", ".join(f"{len(group)} {module}" for module, group in asks.items())
         answers = iter(
@@ -200,6 +241,24 @@ class SERLSearch(SERLLoop):
                 candidates.append((len(prompts) - 1, cand))
                 idx += 1
         self._record_proposals(j, prompts, candidates)
+
+    def _ask_kind(
+        self,
+        db: ProgramDatabase,
+        island: int,
+        module: str,
+        reference: Candidate,
+        rng: random.Random,
+    ) -> tuple[str, list[Program]]:
+        """A prompt kind drawn by ``search.prompt_mix`` and the programs it shows (an
+        island with no program of the module shows the default, never as a crossover)."""
+        kind = rng.choices(SEARCH_PROMPT_KINDS, weights=self.search.prompt_mix)[0]
+        shots = self._shots(db, island, module, kind, rng)
+        if not shots:
+            code = reference.slot_code(module)
+            shots = [Program(reference.id, module, code, float(reference.score))]
+            kind = "better" if kind == "crossover" else kind
+        return kind, shots
 
     def _shots(
         self, db: ProgramDatabase, island: int, module: str, kind: str, rng: random.Random

@@ -32,6 +32,7 @@ from serl_jax.loop.cascade import (
     short_full_agreement,
     stage_counts,
 )
+from serl_jax.loop.search import round_asks
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -173,6 +174,50 @@ def test_bad_budget_on_the_command_line(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # no run folder
     assert train.main(["--budget-candidates", "3", "--llm", "none", "--quiet"]) == 2
     assert "search.enabled" in capsys.readouterr().err
+
+
+# -- a round's prompts -------------------------------------------------------------------
+def test_every_module_visits_every_island():
+    """Two modules on four islands, 16 candidates: each (module, island) pair twice; the
+    old ``i % islands`` gave the reward only islands 0 and 2, the network 1 and 3."""
+    drawn = []
+
+    def draw(island, module):
+        drawn.append((island, module))
+        return "better", [], f"{module} {island} #{len(drawn)}"
+
+    asks = round_asks(16, ["reward", "network"], 4, draw, set())
+    pairs = [(module, island) for module, island, *_ in asks]
+    assert pairs[:6] == [
+        ("reward", 0), ("network", 0), ("reward", 1), ("network", 1), ("reward", 2),
+        ("network", 2),
+    ]  # fmt: skip
+    assert Counter(pairs) == {(m, i): 2 for m in ("reward", "network") for i in range(4)}
+    assert len(drawn) == 16  # every text new: no draw again
+    # one module: candidate i on island i % islands, as before
+    assert [i for _, i, *_ in round_asks(5, ["reward"], 2, draw, set())] == [0, 1, 0, 1, 0]
+
+
+def test_a_prompt_asked_before_is_drawn_again():
+    """Scripted draws: a text asked in an earlier round, then one asked earlier in this
+    round, are drawn again; a candidate whose every draw repeats keeps its last draw."""
+    queue = iter(["old", "a", "a", "b", "c", "c", "c", "c"])
+    calls = []
+
+    def draw(island, module):
+        text = next(queue)
+        calls.append(text)
+        return ("form" if text == "b" else "better"), [], text
+
+    asked = {"old"}
+    asks = round_asks(3, ["reward"], 1, draw, asked, redraws=2)
+    assert [(kind, text) for *_, kind, _, text in asks] == [
+        ("better", "a"), ("form", "b"), ("better", "c"),
+    ]  # fmt: skip
+    assert calls == ["old", "a", "a", "b", "c"]
+    asks = round_asks(1, ["reward"], 1, draw, asked, redraws=2)
+    assert [text for *_, text in asks] == ["c"]  # c, c, c: all asked, the last kept
+    assert len(calls) == 8 and asked == {"old", "a", "b", "c"}
 
 
 # -- a search end to end -------------------------------------------------------------------
