@@ -18,8 +18,8 @@ no island is shown the same fixed example. Each later round j:
    parameters; ``crossover`` shows one program of the island and one of another island
    (Liu et al. 2024, "Evolution of Heuristics"). A prompt whose text the run has asked
    already (this round included) is drawn again, up to :data:`REDRAWS` times
-   (:func:`round_asks`). The other
-   slots are the incumbent's (the best fully trained program), as in the outer loop.
+   (:func:`round_asks`). The other slots are the incumbent's (the best fully trained
+   program), as in the outer loop.
 2. **validation** and **trial**: the validator's static stage and its sandbox trial
    (:func:`llm.validate.validate`), with ``loop.repair_attempts`` self-debugging rounds;
    with ``search.retry_repeats`` a round also sends back the valid programs that repeat
