@@ -491,6 +491,10 @@ class SearchConfig:
             candidate: :mod:`serl_jax.loop.novelty`) with :func:`llm.prompts.repeat_prompt`;
             the repeat keeps its place (scored with the first program's score) and the
             answer is a retry like a rejected candidate's.
+        hints: each ``better``, ``form`` and ``parameters`` prompt names one concrete
+            change drawn from the best program it shows (a constant, a reward term, a
+            state field not read, a network layer or activation:
+            :func:`llm.prompts.hints.draw_hint`), as ELM's commit messages do.
     """
 
     def __post_init__(self):
@@ -544,6 +548,7 @@ class SearchConfig:
     reset_every: int = 4
     prompt_mix: tuple[float, ...] = (0.5, 0.2, 0.2, 0.1)
     retry_repeats: bool = False
+    hints: bool = False
 
 
 DEK_LEVELS = ("off", "high", "low", "both")

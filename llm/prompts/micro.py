@@ -57,9 +57,11 @@ used the example's ``VOL_SCALE`` without defining it and 2 read ``params`` at mo
 level)."""
 
 
-def _names(cls: type, skip: tuple[str, ...] = ()) -> str:
-    """The field names of an env dataclass, but ``skip``, comma-separated."""
-    return ", ".join(name for name in field_docs(cls) if name not in skip)
+#: The ``EnvState`` fields a reward program is told it may read (the episode index, the
+#: window's first slot and the replayed price are the env's bookkeeping).
+REWARD_STATE_FIELDS: tuple[str, ...] = tuple(
+    name for name in field_docs(EnvState) if name not in ("episode", "start", "last_replayed_price")
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ Write a reward function for the reward slot:
     signature="`def reward(prev_state, action, next_state, params)` returns the reward of one "
     "step of a parent order: a float32 scalar, or a dict of named float32 scalars.",
     inputs="`prev_state`, `next_state`: the episode's state before and after the step, "
-    f"scalar fields {_names(EnvState, ('episode', 'start', 'last_replayed_price'))}; "
+    f"scalar fields {', '.join(REWARD_STATE_FIELDS)}; "
     "`action`: float32 scalar in [0, 1], the fraction of the inventory sent; `params`: "
     "fields side (+1 sell, -1 buy), reward_scale, urgency, half_spread_bps, "
     "impact_eta_bps, concentration_penalty, terminal_penalty_bps.",

@@ -30,6 +30,8 @@ Layout of the full style (the offline designer reads the marked lines, as in
     ## Task
     <the kind's instruction>
     <answer format>
+    Make this change to candidate <best id> (the last program above): <hint>
+                                  (with search.hints: llm.prompts.hints)
 
 The compact style (``loop.prompt_style = "compact"``, for small models) replaces the
 macro prompt, contract and rules by :func:`llm.prompts.builder.compact_head` (the module
@@ -48,7 +50,7 @@ from llm.prompts.builder import _ANSWER_FORMAT, _contract, compact_head
 from llm.prompts.micro import CODE_RULES, MICRO_PROMPTS
 from serl_jax.config import PROMPT_STYLES, SEARCH_PROMPT_KINDS, ImagineConfig, MarlConfig
 
-__all__ = ["SEARCH_PROMPT_KINDS", "Shot", "search_prompt"]
+__all__ = ["SEARCH_PROMPT_KINDS", "Shot", "in_prompt_order", "search_prompt"]
 
 
 class Shot(Protocol):
@@ -93,6 +95,12 @@ def _rank(score: float) -> float:
     return score if math.isfinite(score) else -math.inf
 
 
+def in_prompt_order(shots: Sequence[Shot]) -> list[Shot]:
+    """``shots`` in the order a search prompt shows them: ascending score, best last,
+    non-finite scores first, ties in the given order."""
+    return sorted(shots, key=lambda s: _rank(s.score))
+
+
 def search_prompt(
     kind: str,
     module: str,
@@ -103,6 +111,7 @@ def search_prompt(
     style: str = "full",
     imagine: ImagineConfig | None = None,
     marl: MarlConfig | None = None,
+    hint: str | None = None,
 ) -> str:
     """The prompt asking for one module's program by one search operator (module
     docstring).
@@ -123,6 +132,9 @@ def search_prompt(
             as :func:`llm.prompts.design_prompt`).
         marl: the run's ``marl`` section, for the LLM4Profiling and LLM4Communication
             contracts (full style).
+        hint: one concrete change to make (:func:`llm.prompts.hints.draw_hint`), written
+            as the last line: ``Make this change to candidate <id> (the last program
+            above): <hint>``, with the best shown program's id; None writes none.
 
     Returns:
         The prompt text.
@@ -151,14 +163,14 @@ def search_prompt(
     else:
         parts = [compact_head(module)]
     shown = [f"## Programs so far (ascending {score_label}, best last)"]
-    for shot in sorted(shots, key=lambda s: _rank(s.score)):
+    for shot in in_prompt_order(shots):
         shown.append(
             f"### Candidate {shot.candidate_id} | {score_label} {shot.score:.2f} bps\n"
             f"```python\n{shot.code.rstrip()}\n```"
         )
-    parts += [
-        "\n".join(shown),
-        f"SEARCH: {kind}",
-        f"## Task\n{_instruction(kind, score_label)}\n{_ANSWER_FORMAT[module]}",
-    ]
+    task = f"{_instruction(kind, score_label)}\n{_ANSWER_FORMAT[module]}"
+    if hint:  # last, naming the program it changes: the 1.5B copied the first one shown
+        best = in_prompt_order(shots)[-1].candidate_id
+        task += f"\nMake this change to candidate {best} (the last program above): {hint}"
+    parts += ["\n".join(shown), f"SEARCH: {kind}", f"## Task\n{task}"]
     return "\n\n".join(p for p in parts if p) + "\n"

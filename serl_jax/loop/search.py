@@ -56,6 +56,8 @@ from typing import Any
 from llm.designs import library
 from llm.parsing import program_text
 from llm.prompts import repeat_prompt, search_prompt
+from llm.prompts.hints import draw_hint
+from llm.prompts.search import in_prompt_order
 from serl_jax.config import SEARCH_PROMPT_KINDS
 from serl_jax.loop.cascade import budget_left, promoted
 from serl_jax.loop.dispatch import ProgramEvaluator
@@ -196,11 +198,16 @@ class SERLSearch(SERLLoop):
         k, _ = budget_left(self.search, self._designed(), float("-inf"))
         db = self.database()
         rng = random.Random(f"round-{self.cfg.run.seed}-{j}")
+        # the hints' own draws, so that turning them on keeps the kinds and programs drawn
+        hint_rng = random.Random(f"hints-{self.cfg.run.seed}-{j}")
         incumbent = self.best()
         reference = next(c for c in self.store.candidates(0) if c.id == REFERENCE_ID)
 
         def draw(island: int, module: str) -> tuple[str, list[Program], str]:
             kind, shots = self._ask_kind(db, island, module, reference, rng)
+            hint = None
+            if self.search.hints:
+                hint = draw_hint(kind, module, [s.code for s in in_prompt_order(shots)], hint_rng)
             text = search_prompt(
                 kind,
                 module,
@@ -210,6 +217,7 @@ class SERLSearch(SERLLoop):
                 style=self.loop.prompt_style,
                 imagine=self.cfg.imagine,
                 marl=self.cfg.marl,
+                hint=hint,
             )  # fmt: skip
             return kind, shots, text
 

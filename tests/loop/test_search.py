@@ -445,3 +445,28 @@ def test_repeats_go_back_to_the_designer_with_what_they_repeat(tmp_path):
     assert (report["designed_valid"], report["duplicate_rate"]) == (3, pytest.approx(1 / 3))
     md = (run_dir / "report.md").read_text()
     assert "round 1: 1 sent back (1 repeating a program), 1 passed validation" in md
+
+
+def test_hints_name_a_change_and_keep_the_draws(tmp_path):
+    """search.hints adds one "Make this change to candidate ..." line to a round's prompts
+    and changes nothing else: the same kinds, islands and programs are drawn as without
+    it."""
+    completions = {"LLM4Reward": [_fence(SCALED)]}
+    texts = {}
+    for hints in ("false", "true"):
+        (tmp_path / hints).mkdir()
+        args = _scripted_search(
+            tmp_path / hints, completions, "--budget-candidates", "2",
+            "search.round_candidates=2", "search.stages=[validation,trial,short]",
+            "loop.repair_attempts=0", f"search.hints={hints}",
+        )  # fmt: skip
+        assert train.main(args) == 0
+        (run_dir,) = list((tmp_path / hints / "runs").iterdir())
+        texts[hints] = [row["prompt"] for row in RunStore.open(run_dir).prompts(2)]
+    plain, hinted = texts["false"], texts["true"]
+    assert len(plain) == len(hinted) == 2
+    for a, b in zip(plain, hinted, strict=True):
+        lines = b.splitlines(keepends=True)
+        made = [line for line in lines if line.startswith("Make this change to candidate ")]
+        assert len(made) == 1 and "Make this change" not in a
+        assert "".join(line for line in lines if line not in made) == a

@@ -1,0 +1,188 @@
+"""Change hints: the one concrete change a search prompt asks for.
+
+Asked for "a better program", "a different form" or "other parameters", the 1.5B most
+often returns a shown program again, reworded: over its three index searches of
+2026-11-30, 14 of 70 valid designed programs computed what an earlier program computes,
+half of them answering ``better`` prompts. ELM (Lehman et al. 2022, "Evolution through
+Large Models") mutates a program by asking a code model for a diff under a commit message
+that names the change. With ``search.hints``, each ``better``, ``form`` and ``parameters``
+prompt likewise names one change, drawn at random from the best program it shows
+(:func:`draw_hint`):
+
+- a constant: "Change `TERMINAL_BPS` (now 100.0) to a clearly different value." (module
+  level ``NAME = number``, or a flax field ``width: int = 64``);
+- a reward term (a string key of the returned dict): drop it, or compute it another way;
+- a state field no shown program reads: add a term that uses it;
+- a network's activation (one it does not use), number of hidden layers, layer
+  normalization, a skip connection or unequal widths.
+
+``parameters`` draws a constant only; ``form`` a change of form only (terms, fields,
+layers); ``better`` either. ``crossover`` names none (its task already names what to
+combine), nor do the kinds without a change to draw (a program with no constants for
+``parameters``; the imagination, profiling and communication slots for ``form``).
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections.abc import Sequence
+
+from llm.prompts.micro import REWARD_STATE_FIELDS
+
+__all__ = ["ACTIVATIONS", "draw_hint", "program_constants", "reward_terms", "state_fields_read"]
+
+#: The flax activations a network hint may name (``nn.<name>``).
+ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "swish", "leaky_relu", "softplus")
+
+
+def _parse(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        return None
+
+
+def _number(node: ast.expr | None) -> str | None:
+    """The source of a numeric literal (a sign allowed), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return None if inner is None else f"-{inner}"
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return repr(node.value)
+    return None
+
+
+def program_constants(code: str) -> list[tuple[str, str]]:
+    """The named numeric constants of a program, in source order.
+
+    Args:
+        code: Python source.
+
+    Returns:
+        ``(name, value)`` pairs: module-level ``NAME = <number>`` assignments and
+        class-body fields ``name: type = <number>`` (flax module attributes); the value as
+        written (``"100.0"``, ``"-0.5"``). Empty for code that does not parse.
+    """
+    tree = _parse(code)
+    if tree is None:
+        return []
+    found = []
+    bodies = [tree.body] + [n.body for n in tree.body if isinstance(n, ast.ClassDef)]
+    for body in bodies:
+        for node in body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign):
+                target, value = node.target, node.value
+            else:
+                continue
+            number = _number(value)
+            if isinstance(target, ast.Name) and number is not None:
+                found.append((target.id, number))
+    return found
+
+
+def reward_terms(code: str) -> list[str]:
+    """The term names of a reward program: the string keys of the dict literals its
+    ``return`` statements return, in source order, each once."""
+    tree = _parse(code)
+    if tree is None:
+        return []
+    names: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            for key in node.value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    names[key.value] = None
+    return list(names)
+
+
+def state_fields_read(code: str) -> set[str]:
+    """The attributes a program reads from ``prev_state`` and ``next_state``."""
+    tree = _parse(code)
+    if tree is None:
+        return set()
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("prev_state", "next_state")
+    }
+
+
+def _constant_hints(code: str) -> list[str]:
+    return [
+        f"Change `{name}` (now {value}) to a clearly different value."
+        for name, value in program_constants(code)
+    ]
+
+
+def _form_hints(module: str, code: str, shown: Sequence[str]) -> list[list[str]]:
+    """The changes of form one program allows, in groups drawn with equal weight
+    (``shown``: every shown program's code)."""
+    if module == "reward":
+        terms = reward_terms(code)
+        read = set().union(*(state_fields_read(c) for c in shown))
+        return [
+            [f"Drop the term '{term}' and keep the others." for term in terms],
+            [f"Compute the term '{term}' another way (other formula or inputs)." for term in terms],
+            [
+                f"Add a term that uses `next_state.{name}` or `prev_state.{name}`, a field no "
+                "program above reads."
+                for name in REWARD_STATE_FIELDS
+                if name not in read
+            ],
+        ]
+    if module == "network":
+        used = set(re.findall(r"\bnn\.(\w+)", code))
+        return [
+            [
+                f"Use `nn.{name}` as the activation of the hidden layers."
+                for name in ACTIVATIONS
+                if name not in used
+            ],
+            ["Add one more hidden layer.", "Use one hidden layer fewer (keep at least one)."],
+            [
+                "Add `nn.LayerNorm()` before an activation."
+                if "LayerNorm" not in used
+                else "Remove the layer normalization."
+            ],
+            [
+                "Add a skip connection: add a hidden layer's input to its output.",
+                "Give successive hidden layers different widths.",
+            ],
+        ]
+    return []
+
+
+def draw_hint(kind: str, module: str, shots: Sequence[str], rng: random.Random) -> str | None:
+    """The change a search prompt names, drawn at random (module docstring).
+
+    A group is drawn first, each with equal weight (the constants; for a reward: dropping
+    a term, reworking one, a field not read; for a network: the activation, the number of
+    layers, layer normalization, skip connections or widths), then a change within it, so that a
+    reward with many fields not read is not asked for new terms most of the time.
+
+    Args:
+        kind: the prompt's kind (:data:`serl_jax.config.SEARCH_PROMPT_KINDS`).
+        module: the slot (``reward``, ``network``, ...).
+        shots: the shown programs' code, in the prompt's order (ascending score, best
+            last): the changes are drawn from the last.
+        rng: the draw's random source (two ``rng.choice`` calls when a change is drawn).
+
+    Returns:
+        One sentence, or None when the kind names no change or the program allows none.
+    """
+    if kind == "crossover" or not shots:
+        return None
+    best = shots[-1]
+    groups = []
+    if kind in ("better", "parameters"):
+        groups.append(_constant_hints(best))
+    if kind in ("better", "form"):
+        groups += _form_hints(module, best, shots)
+    groups = [g for g in groups if g]
+    return rng.choice(rng.choice(groups)) if groups else None

@@ -1,0 +1,126 @@
+"""Change hints of search prompts (llm.prompts.hints), on hand-made programs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from llm.prompts import search_prompt
+from llm.prompts.builder import _ANSWER_FORMAT
+from llm.prompts.hints import draw_hint, program_constants, reward_terms, state_fields_read
+from llm.prompts.micro import REWARD_STATE_FIELDS
+from serl_jax.loop.islands import Program
+
+REWARD = """\
+import jax.numpy as jnp
+
+WEIGHT = 0.3
+OFFSET = -2
+TABLE = jnp.array([1.0, 2.0])
+label = "not a number"
+
+
+def reward(prev_state, action, next_state, params):
+    local = 5.0
+    pa = params.side * (next_state.last_price / next_state.benchmark_price - 1.0) * 1e4
+    if_done = next_state.time >= prev_state.window_len
+    return {"pa": WEIGHT * pa * local, "end": jnp.where(if_done, OFFSET, 0.0), "pa2": pa}
+"""
+
+NETWORK = """\
+import flax.linen as nn
+
+
+class Network(nn.Module):
+    width: int = 64
+    depth: int = 2
+    name_: str = "x"
+
+    @nn.compact
+    def __call__(self, obs):
+        h = nn.relu(nn.Dense(self.width)(obs))
+        h = nn.LayerNorm()(h)
+        return nn.Dense(2)(h), nn.Dense(1)(h)[..., 0]
+"""
+
+
+def test_constants_are_named_numbers_at_module_or_class_level():
+    # function locals, arrays and strings are not constants; signs and ints are kept
+    assert program_constants(REWARD) == [("WEIGHT", "0.3"), ("OFFSET", "-2")]
+    assert program_constants(NETWORK) == [("width", "64"), ("depth", "2")]
+    assert program_constants("def broken(:") == []
+
+
+def test_terms_and_fields_read():
+    assert reward_terms(REWARD) == ["pa", "end", "pa2"]
+    assert reward_terms("def reward(p, a, n, q):\n    return 1.0\n") == []
+    assert state_fields_read(REWARD) == {"last_price", "benchmark_price", "time", "window_len"}
+
+
+def test_each_kind_draws_from_its_own_changes():
+    rng = random.Random(0)
+    constants = {
+        "Change `WEIGHT` (now 0.3) to a clearly different value.",
+        "Change `OFFSET` (now -2) to a clearly different value.",
+    }
+    drawn = {kind: {draw_hint(kind, "reward", [REWARD], rng) for _ in range(400)} for kind in
+             ("better", "form", "parameters")}  # fmt: skip
+    assert drawn["parameters"] == constants
+    unread = [f for f in REWARD_STATE_FIELDS if f not in state_fields_read(REWARD)]
+    form = {f"Drop the term '{t}' and keep the others." for t in ("pa", "end", "pa2")}
+    form |= {f"Compute the term '{t}' another way (other formula or inputs)." for t in
+             ("pa", "end", "pa2")}  # fmt: skip
+    form |= {f"Add a term that uses `next_state.{f}` or `prev_state.{f}`, a field no "
+             "program above reads." for f in unread}  # fmt: skip
+    assert drawn["form"] == form
+    assert drawn["better"] == form | constants
+    # crossover names no change; nor does a kind whose program allows none
+    assert draw_hint("crossover", "reward", [REWARD, REWARD], rng) is None
+    assert draw_hint("parameters", "reward", ["def reward(p, a, n, q):\n    return 0.0\n"],
+                     rng) is None  # fmt: skip
+    assert draw_hint("form", "imagination", [REWARD], rng) is None
+    assert draw_hint("better", "reward", [], rng) is None
+
+
+def test_the_change_comes_from_the_best_program_and_fields_from_all_shown():
+    """Shots are in prompt order (best last): constants and terms are the last one's; a
+    field read by any shown program is not offered as new."""
+    worse = "def reward(p, a, next_state, q):\n    return {'x': next_state.pace}\n"
+    rng = random.Random(1)
+    drawn = {draw_hint("form", "reward", [worse, REWARD], rng) for _ in range(400)}
+    assert not any("'x'" in h for h in drawn)
+    assert not any("`next_state.pace`" in h for h in drawn)
+    assert any("'pa2'" in h for h in drawn)
+
+
+def test_groups_weigh_equally_not_their_changes():
+    """better on REWARD: four groups (2 constants, 3 drops, 3 reworks, 8 fields not read);
+    each group is drawn a quarter of the time, so new fields are 1/4 of the hints, not
+    8/16 as with one draw over all changes."""
+    rng = random.Random(2)
+    draws = [draw_hint("better", "reward", [REWARD], rng) for _ in range(2000)]
+    share = sum("a field no program above reads" in h for h in draws) / len(draws)
+    assert len(REWARD_STATE_FIELDS) - len(state_fields_read(REWARD)) == 8
+    assert share == pytest.approx(0.25, abs=0.03)
+
+
+def test_network_changes_name_activations_it_does_not_use():
+    rng = random.Random(3)
+    drawn = {draw_hint("form", "network", [NETWORK], rng) for _ in range(400)}
+    assert "Use `nn.relu` as the activation of the hidden layers." not in drawn
+    assert "Use `nn.tanh` as the activation of the hidden layers." in drawn
+    assert "Remove the layer normalization." in drawn  # it has one
+    assert "Add one more hidden layer." in drawn
+
+
+def test_the_prompt_ends_with_the_hint_naming_the_best_program():
+    shots = [Program("j1-c0", "reward", REWARD, -3.0), Program("j1-c1", "reward", REWARD, -9.0)]
+    hint = "Change `WEIGHT` (now 0.3) to a clearly different value."
+    plain = search_prompt("better", "reward", shots)
+    hinted = search_prompt("better", "reward", shots, hint=hint)
+    assert "Make this change" not in plain
+    assert plain.endswith(f"{_ANSWER_FORMAT['reward']}\n")
+    assert (
+        hinted == plain + f"Make this change to candidate j1-c0 (the last program above): {hint}\n"
+    )
