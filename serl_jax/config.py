@@ -494,7 +494,9 @@ class SearchConfig:
         hints: each ``better``, ``form`` and ``parameters`` prompt names one concrete
             change drawn from the best program it shows (a constant, a reward term, a
             state field not read, a network layer or activation:
-            :func:`llm.prompts.hints.draw_hint`), as ELM's commit messages do.
+            :func:`llm.prompts.hints.draw_hint`), as ELM's commit messages do; on the
+            1.5B's paired round 2 of three index runs, copies of a shown program went
+            from 6 of 33 valid programs to 0 of 36 (2026-11-30).
     """
 
     def __post_init__(self):
@@ -548,7 +550,7 @@ class SearchConfig:
     reset_every: int = 4
     prompt_mix: tuple[float, ...] = (0.5, 0.2, 0.2, 0.1)
     retry_repeats: bool = False
-    hints: bool = False
+    hints: bool = True
 
 
 DEK_LEVELS = ("off", "high", "low", "both")

@@ -16,6 +16,14 @@ prompt likewise names one change, drawn at random from the best program it shows
 - a network's activation (one it does not use), number of hidden layers, layer
   normalization, a skip connection or unequal widths.
 
+A change the novelty probe cannot see makes a functional duplicate, whatever the model
+writes: in the 1.5B's paired round (2026-11-30) all four duplicates of hinted prompts
+answered such a hint (a ``TERMINAL_BPS`` change, three times: the env trades what is left
+at the last step, so the terminal term is zero; a term on ``pace``, zero at one-minute
+steps). So :func:`draw_hint` leaves out the terms the caller names inert (zero on the
+probe), the constants that feed only those terms, and the fields it names inert (one value
+over the probe: :func:`serl_jax.loop.novelty.probe_constant_fields`).
+
 ``parameters`` draws a constant only; ``form`` a change of form only (terms, fields,
 layers); ``better`` either. ``crossover`` names none (its task already names what to
 combine), nor do the kinds without a change to draw (a program with no constants for
@@ -31,7 +39,14 @@ from collections.abc import Sequence
 
 from llm.prompts.micro import REWARD_STATE_FIELDS
 
-__all__ = ["ACTIVATIONS", "draw_hint", "program_constants", "reward_terms", "state_fields_read"]
+__all__ = [
+    "ACTIVATIONS",
+    "constants_by_term",
+    "draw_hint",
+    "program_constants",
+    "reward_terms",
+    "state_fields_read",
+]
 
 #: The flax activations a network hint may name (``nn.<name>``).
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "swish", "leaky_relu", "softplus")
@@ -113,18 +128,88 @@ def state_fields_read(code: str) -> set[str]:
     }
 
 
-def _constant_hints(code: str) -> list[str]:
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def constants_by_term(code: str) -> dict[str, set[str]]:
+    """For each term of a reward program, the named constants its value depends on.
+
+    Follows the ``reward`` function's assignments in order (a local name depends on the
+    constants and locals its value reads) and reads the module-level functions a term
+    calls whole (every constant they name).
+
+    Args:
+        code: Python source of a reward program.
+
+    Returns:
+        ``{term: {constant, ...}}`` over :func:`reward_terms`' names (the constants of
+        :func:`program_constants`); empty when the code does not parse or has no
+        top-level ``reward``.
+    """
+    tree = _parse(code)
+    if tree is None:
+        return {}
+    constants = {name for name, _ in program_constants(code)}
+    helpers = {
+        n.name: _names_in(n) & constants for n in tree.body if isinstance(n, ast.FunctionDef)
+    }
+    entry = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "reward"),
+                 None)  # fmt: skip
+    if entry is None:
+        return {}
+    deps: dict[str, set[str]] = {}
+
+    def reads(node: ast.AST) -> set[str]:
+        names = _names_in(node)
+        out = names & constants
+        for name in names:
+            out |= deps.get(name, set()) | helpers.get(name, set())
+        return out
+
+    terms: dict[str, set[str]] = {}
+    statements = [n for n in ast.walk(entry) if isinstance(n, ast.stmt) and n is not entry]
+    for node in sorted(statements, key=lambda n: (n.lineno, n.col_offset)):  # source order
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = reads(node.value)
+            for target in targets:
+                for name in _names_in(target):
+                    deps[name] = value | (
+                        deps.get(name, set()) if isinstance(node, ast.AugAssign) else set()
+                    )
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    terms.setdefault(key.value, set()).update(reads(value))
+    return terms
+
+
+def _constant_hints(module: str, code: str, inert_terms: frozenset[str]) -> list[str]:
+    """One change per constant, but (reward) a constant that feeds only inert terms."""
+    skip: set[str] = set()
+    if module == "reward" and inert_terms:
+        by_term = constants_by_term(code)
+        live = set().union(*(c for t, c in by_term.items() if t not in inert_terms))
+        skip = set().union(*by_term.values()) - live
     return [
         f"Change `{name}` (now {value}) to a clearly different value."
         for name, value in program_constants(code)
+        if name not in skip
     ]
 
 
-def _form_hints(module: str, code: str, shown: Sequence[str]) -> list[list[str]]:
+def _form_hints(
+    module: str,
+    code: str,
+    shown: Sequence[str],
+    inert_terms: frozenset[str],
+    inert_fields: frozenset[str],
+) -> list[list[str]]:
     """The changes of form one program allows, in groups drawn with equal weight
     (``shown``: every shown program's code)."""
     if module == "reward":
-        terms = reward_terms(code)
+        terms = [t for t in reward_terms(code) if t not in inert_terms]
         read = set().union(*(state_fields_read(c) for c in shown))
         return [
             [f"Drop the term '{term}' and keep the others." for term in terms],
@@ -133,7 +218,7 @@ def _form_hints(module: str, code: str, shown: Sequence[str]) -> list[list[str]]
                 f"Add a term that uses `next_state.{name}` or `prev_state.{name}`, a field no "
                 "program above reads."
                 for name in REWARD_STATE_FIELDS
-                if name not in read
+                if name not in read and name not in inert_fields
             ],
         ]
     if module == "network":
@@ -158,7 +243,15 @@ def _form_hints(module: str, code: str, shown: Sequence[str]) -> list[list[str]]
     return []
 
 
-def draw_hint(kind: str, module: str, shots: Sequence[str], rng: random.Random) -> str | None:
+def draw_hint(
+    kind: str,
+    module: str,
+    shots: Sequence[str],
+    rng: random.Random,
+    *,
+    inert_terms: frozenset[str] = frozenset(),
+    inert_fields: frozenset[str] = frozenset(),
+) -> str | None:
     """The change a search prompt names, drawn at random (module docstring).
 
     A group is drawn first, each with equal weight (the constants; for a reward: dropping
@@ -172,6 +265,10 @@ def draw_hint(kind: str, module: str, shots: Sequence[str], rng: random.Random) 
         shots: the shown programs' code, in the prompt's order (ascending score, best
             last): the changes are drawn from the last.
         rng: the draw's random source (two ``rng.choice`` calls when a change is drawn).
+        inert_terms: (reward) the best program's terms that are zero on the novelty
+            probe: no change names them, nor a constant that feeds only them.
+        inert_fields: (reward) state fields with one value over the probe: no new term
+            is asked to read them.
 
     Returns:
         One sentence, or None when the kind names no change or the program allows none.
@@ -181,8 +278,8 @@ def draw_hint(kind: str, module: str, shots: Sequence[str], rng: random.Random) 
     best = shots[-1]
     groups = []
     if kind in ("better", "parameters"):
-        groups.append(_constant_hints(best))
+        groups.append(_constant_hints(module, best, inert_terms))
     if kind in ("better", "form"):
-        groups += _form_hints(module, best, shots)
+        groups += _form_hints(module, best, shots, inert_terms, inert_fields)
     groups = [g for g in groups if g]
     return rng.choice(rng.choice(groups)) if groups else None

@@ -55,6 +55,7 @@ __all__ = [
     "canonical_program",
     "is_copy",
     "novelty",
+    "probe_constant_fields",
     "probe_outputs",
     "same_outputs",
     "shown_programs",
@@ -216,6 +217,24 @@ def _probe_inputs():
     from llm.validate._child import trial_inputs
 
     return trial_inputs(64)
+
+
+@functools.cache
+def probe_constant_fields() -> frozenset[str]:
+    """The ``EnvState`` fields with one value over the probe's transitions, before and
+    after the step (``pace``: 0 at one-minute steps): a reward term that reads only these
+    computes the same on every probe transition.
+
+    Returns:
+        The field names.
+    """
+    _, _, prev, _, nxt, _ = _probe_inputs()
+    constant = set()
+    for name in type(prev).__dataclass_fields__:
+        values = np.concatenate([np.ravel(getattr(prev, name)), np.ravel(getattr(nxt, name))])
+        if np.all(values == values[0]):
+            constant.add(name)
+    return frozenset(constant)
 
 
 def probe_outputs(code: str, kind: str) -> dict[str, np.ndarray]:

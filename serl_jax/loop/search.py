@@ -16,10 +16,12 @@ no island is shown the same fixed example. Each later round j:
    (FunSearch's best-shot prompt, Romera-Paredes et al. 2024); ``form`` shows the same
    and asks for another form; ``parameters`` shows the island's best and asks for other
    parameters; ``crossover`` shows one program of the island and one of another island
-   (Liu et al. 2024, "Evolution of Heuristics"). A prompt whose text the run has asked
-   already (this round included) is drawn again, up to :data:`REDRAWS` times
-   (:func:`round_asks`). The other slots are the incumbent's (the best fully trained
-   program), as in the outer loop.
+   (Liu et al. 2024, "Evolution of Heuristics"). With ``search.hints`` (the default) a
+   ``better``, ``form`` or ``parameters`` prompt ends by naming one change to the best
+   program it shows, one the novelty probe can see (:func:`llm.prompts.hints.draw_hint`).
+   A prompt whose text the run has asked already (this round included) is drawn again,
+   up to :data:`REDRAWS` times (:func:`round_asks`). The other slots are the
+   incumbent's (the best fully trained program), as in the outer loop.
 2. **validation** and **trial**: the validator's static stage and its sandbox trial
    (:func:`llm.validate.validate`), with ``loop.repair_attempts`` self-debugging rounds;
    with ``search.retry_repeats`` a round also sends back the valid programs that repeat
@@ -41,7 +43,8 @@ no island is shown the same fixed example. Each later round j:
 The database is not stored: it is rebuilt from the candidates' records by replaying the
 same adds and resets, so a killed run resumes (:meth:`SERLLoop.run`) with the same
 islands and without training any finished stage again. Randomness (prompt kinds, shots,
-resets) comes from ``random.Random`` seeded by ``run.seed`` and the round.
+resets; the hints from a second source, so that they leave the rest of a round's draws
+as they were) comes from ``random.Random`` seeded by ``run.seed`` and the round.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from llm.designs import library
 from llm.parsing import program_text
 from llm.prompts import repeat_prompt, search_prompt
@@ -62,7 +67,13 @@ from serl_jax.config import SEARCH_PROMPT_KINDS
 from serl_jax.loop.cascade import budget_left, promoted
 from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.islands import Program, ProgramDatabase
-from serl_jax.loop.novelty import PROBED, is_copy, probe_outputs, same_outputs
+from serl_jax.loop.novelty import (
+    PROBED,
+    is_copy,
+    probe_constant_fields,
+    probe_outputs,
+    same_outputs,
+)
 from serl_jax.loop.outer import REFERENCE_ID, SLOTS, SERLLoop, _designed_slots
 from serl_jax.loop.store import Candidate, IterationSummary
 
@@ -205,9 +216,7 @@ class SERLSearch(SERLLoop):
 
         def draw(island: int, module: str) -> tuple[str, list[Program], str]:
             kind, shots = self._ask_kind(db, island, module, reference, rng)
-            hint = None
-            if self.search.hints:
-                hint = draw_hint(kind, module, [s.code for s in in_prompt_order(shots)], hint_rng)
+            hint = self._hint(kind, module, shots, hint_rng) if self.search.hints else None
             text = search_prompt(
                 kind,
                 module,
@@ -246,6 +255,20 @@ class SERLSearch(SERLLoop):
                 candidates.append((len(prompts) - 1, cand))
                 idx += 1
         self._record_proposals(j, prompts, candidates)
+
+    def _hint(self, kind: str, module: str, shots: list[Program], rng: random.Random) -> str | None:
+        """The change a prompt names (:func:`llm.prompts.hints.draw_hint`), leaving out
+        what the novelty probe cannot see: a reward's terms that are zero on it (the best
+        shown program's) and the state fields with one value over it."""
+        codes = [s.code for s in in_prompt_order(shots)]
+        inert_terms: frozenset[str] = frozenset()
+        if module == "reward":
+            outputs = self._probe(codes[-1], module)
+            inert_terms = frozenset(n for n, v in outputs.items() if not np.any(v))
+        return draw_hint(
+            kind, module, codes, rng,
+            inert_terms=inert_terms, inert_fields=probe_constant_fields(),
+        )  # fmt: skip
 
     def _ask_kind(
         self,

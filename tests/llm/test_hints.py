@@ -8,7 +8,13 @@ import pytest
 
 from llm.prompts import search_prompt
 from llm.prompts.builder import _ANSWER_FORMAT
-from llm.prompts.hints import draw_hint, program_constants, reward_terms, state_fields_read
+from llm.prompts.hints import (
+    constants_by_term,
+    draw_hint,
+    program_constants,
+    reward_terms,
+    state_fields_read,
+)
 from llm.prompts.micro import REWARD_STATE_FIELDS
 from serl_jax.loop.islands import Program
 
@@ -124,3 +130,70 @@ def test_the_prompt_ends_with_the_hint_naming_the_best_program():
     assert (
         hinted == plain + f"Make this change to candidate j1-c0 (the last program above): {hint}\n"
     )
+
+
+TRACED = """\
+import jax.numpy as jnp
+
+A = 1.0
+B = 2.0
+C = 3.0
+D = 4.0
+E = 5.0
+
+
+def scaled(x):
+    return E * x
+
+
+def reward(prev_state, action, next_state, params):
+    base = A * next_state.last_qty
+    if_big = base > 1.0
+    mixed = base
+    mixed += B
+    other = jnp.where(if_big, C, 0.0)
+    return {"one": base, "two": mixed + other, "three": scaled(D), "four": 0.0}
+"""
+
+
+def test_constants_are_traced_to_the_terms_they_feed():
+    # locals follow their assignments (+= keeps what it had); helpers count whole
+    assert constants_by_term(TRACED) == {
+        "one": {"A"},
+        "two": {"A", "B", "C"},
+        "three": {"D", "E"},
+        "four": set(),
+    }
+    assert constants_by_term("def not_reward():\n    return {'x': 1}\n") == {}
+
+
+def test_inert_terms_and_fields_are_not_named():
+    """A constant that feeds only inert terms is left out, one that also feeds a live
+    term is kept; an inert term is neither dropped nor reworked; an inert field is not
+    asked for."""
+    rng = random.Random(4)
+    inert = frozenset({"two", "three"})
+    params = {draw_hint("parameters", "reward", [TRACED], rng, inert_terms=inert)
+              for _ in range(300)}  # fmt: skip
+    # A feeds 'one' (live) and 'two'; B and C only 'two', D and E only 'three'
+    assert params == {"Change `A` (now 1.0) to a clearly different value."}
+    fields = frozenset({"pace", "time"})
+    drawn = {draw_hint("form", "reward", [TRACED], rng, inert_terms=inert, inert_fields=fields)
+             for _ in range(600)}  # fmt: skip
+    assert not any("'two'" in h or "'three'" in h or "pace" in h or ".time`" in h for h in drawn)
+    assert "Drop the term 'one' and keep the others." in drawn
+    assert "Drop the term 'four' and keep the others." in drawn
+    assert any("next_state.inventory" in h for h in drawn)
+
+
+def test_the_probe_names_the_fields_it_cannot_tell_apart():
+    from serl_jax.loop.novelty import _probe_inputs, probe_constant_fields
+
+    _, _, prev, _, nxt, _ = _probe_inputs()
+    fields = probe_constant_fields()
+    assert "pace" in fields  # one-minute steps: the child order's pace is 0
+    for name in ("time", "inventory", "last_price"):
+        assert name not in fields
+    for name in fields:
+        values = {float(v) for state in (prev, nxt) for v in getattr(state, name).ravel()}
+        assert len(values) == 1

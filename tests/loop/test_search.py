@@ -450,7 +450,7 @@ def test_repeats_go_back_to_the_designer_with_what_they_repeat(tmp_path):
 def test_hints_name_a_change_and_keep_the_draws(tmp_path):
     """search.hints adds one "Make this change to candidate ..." line to a round's prompts
     and changes nothing else: the same kinds, islands and programs are drawn as without
-    it."""
+    it. The change is one the novelty probe can see."""
     completions = {"LLM4Reward": [_fence(SCALED)]}
     texts = {}
     for hints in ("false", "true"):
@@ -469,4 +469,6 @@ def test_hints_name_a_change_and_keep_the_draws(tmp_path):
         lines = b.splitlines(keepends=True)
         made = [line for line in lines if line.startswith("Make this change to candidate ")]
         assert len(made) == 1 and "Make this change" not in a
+        # the default reward's terminal term is zero on the probe, pace one value there
+        assert "terminal" not in made[0] and "pace" not in made[0]
         assert "".join(line for line in lines if line not in made) == a
