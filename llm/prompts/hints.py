@@ -44,8 +44,8 @@ __all__ = [
     "constants_by_term",
     "draw_hint",
     "program_constants",
-    "reward_terms",
     "state_fields_read",
+    "term_names",
 ]
 
 #: The flax activations a network hint may name (``nn.<name>``).
@@ -99,7 +99,7 @@ def program_constants(code: str) -> list[tuple[str, str]]:
     return found
 
 
-def reward_terms(code: str) -> list[str]:
+def term_names(code: str) -> list[str]:
     """The term names of a reward program: the string keys of the dict literals its
     ``return`` statements return, in source order, each once."""
     tree = _parse(code)
@@ -143,7 +143,7 @@ def constants_by_term(code: str) -> dict[str, set[str]]:
         code: Python source of a reward program.
 
     Returns:
-        ``{term: {constant, ...}}`` over :func:`reward_terms`' names (the constants of
+        ``{term: {constant, ...}}`` over :func:`term_names`' names (the constants of
         :func:`program_constants`); empty when the code does not parse or has no
         top-level ``reward``.
     """
@@ -209,7 +209,7 @@ def _form_hints(
     """The changes of form one program allows, in groups drawn with equal weight
     (``shown``: every shown program's code)."""
     if module == "reward":
-        terms = [t for t in reward_terms(code) if t not in inert_terms]
+        terms = [t for t in term_names(code) if t not in inert_terms]
         read = set().union(*(state_fields_read(c) for c in shown))
         return [
             [f"Drop the term '{term}' and keep the others." for term in terms],
@@ -256,8 +256,8 @@ def draw_hint(
 
     A group is drawn first, each with equal weight (the constants; for a reward: dropping
     a term, reworking one, a field not read; for a network: the activation, the number of
-    layers, layer normalization, skip connections or widths), then a change within it, so that a
-    reward with many fields not read is not asked for new terms most of the time.
+    layers, layer normalization, skip connections or widths), then a change within it, so
+    that a reward with many fields not read is not asked for new terms most of the time.
 
     Args:
         kind: the prompt's kind (:data:`serl_jax.config.SEARCH_PROMPT_KINDS`).

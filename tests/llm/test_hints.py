@@ -12,8 +12,8 @@ from llm.prompts.hints import (
     constants_by_term,
     draw_hint,
     program_constants,
-    reward_terms,
     state_fields_read,
+    term_names,
 )
 from llm.prompts.micro import REWARD_STATE_FIELDS
 from serl_jax.loop.islands import Program
@@ -59,8 +59,8 @@ def test_constants_are_named_numbers_at_module_or_class_level():
 
 
 def test_terms_and_fields_read():
-    assert reward_terms(REWARD) == ["pa", "end", "pa2"]
-    assert reward_terms("def reward(p, a, n, q):\n    return 1.0\n") == []
+    assert term_names(REWARD) == ["pa", "end", "pa2"]
+    assert term_names("def reward(p, a, n, q):\n    return 1.0\n") == []
     assert state_fields_read(REWARD) == {"last_price", "benchmark_price", "time", "window_len"}
 
 
