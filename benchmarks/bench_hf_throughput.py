@@ -10,7 +10,11 @@ the peak memory. ``--prefill shared,generate`` times each batch size both ways w
 same seed (the backend reseeded; in bfloat16 the samples part after some tokens, so
 compare tokens/s): the backend's shared prefill (each distinct prompt run
 through the model once, its cache copied to the K completions) against ``model.generate``
-alone (which prefills the prompt once per completion), and prints the ratio. Before the
+alone (which prefills the prompt once per completion), and prints the ratio;
+``--decode loop,generate`` likewise times the backend's decode loop, which drops each row
+from the batch once it has ended, against ``model.generate``, which runs every row to the
+last one's end (``HFBackend(drop_finished_rows=...)``; the two draw different samples, so
+compare the seconds of a whole call, not tokens/s). Before the
 table it times the prompt processing alone (:func:`time_prefill`: the one-row forward the
 shared prefill runs per distinct prompt) in prompt tokens/s; the table's ``decode tok/s``
 is then, for a shared-prefill call, its new tokens over its seconds less that prefill. With
@@ -157,10 +161,19 @@ def main(argv: list[str] | None = None) -> int:
         "--prefill", default="shared",
         help="shared, generate or both (shared,generate): who runs the prompt's prefill",
     )  # fmt: skip
+    p.add_argument(
+        "--decode", default="loop",
+        help="loop, generate or both (loop,generate): the decode loop that drops ended rows, "
+        "or model.generate",
+    )  # fmt: skip
     args = p.parse_args(argv)
-    modes = [m.strip() for m in args.prefill.split(",")]
-    if not modes or set(modes) - {"shared", "generate"}:
+    prefills = [m.strip() for m in args.prefill.split(",")]
+    if not prefills or set(prefills) - {"shared", "generate"}:
         p.error(f"--prefill: expected shared, generate or shared,generate, got {args.prefill!r}")
+    decodes = [m.strip() for m in args.decode.split(",")]
+    if not decodes or set(decodes) - {"loop", "generate"}:
+        p.error(f"--decode: expected loop, generate or loop,generate, got {args.decode!r}")
+    modes = [(prefill, decode) for decode in decodes for prefill in prefills]
     if (args.model is None) == (args.architecture is None):
         p.error("give exactly one of --model and --architecture")
     if args.export_architecture:
@@ -199,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"prefill: {prompt_tokens:,} prompt tokens in {prefill_s:.2f} s (each distinct "
               f"prompt alone, best of {args.repeats}): {prompt_tokens / prefill_s:.1f} prompt "
               f"tokens/s")  # fmt: skip
-        print(f"{'K':>3} | {'prefill':>8} | {'tokens':>7} | {'s':>7} | {'tokens/s':>9} | "
-              f"{'decode tok/s':>12} | {'per completion':>14} | {'s per completion':>16} | "
-              f"peak GB")  # fmt: skip
+        print(f"{'K':>3} | {'prefill':>8} | {'decode':>8} | {'tokens':>7} | {'s':>7} | "
+              f"{'tokens/s':>9} | {'decode tok/s':>12} | {'per completion':>14} | "
+              f"{'s per completion':>16} | peak GB")  # fmt: skip
         completions = []
         calls = (
             [(len(prompts), prompts, 1)]
@@ -212,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeats):
                 seconds = {}
                 for mode in modes:
-                    backend.share_prefill = mode == "shared"
+                    prefill, decode = mode
+                    backend.share_prefill = prefill == "shared"
+                    backend.drop_finished_rows = decode == "loop"
                     backend.reseed(1000 * k + repeat)  # both modes start from the same seed
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
@@ -226,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
                     s = seconds[mode] = time.perf_counter() - t
                     completions += rows
                     tokens = sum(len(c.token_ids) for c in rows)
-                    decode = f"{tokens / (s - prefill_s):.1f}" if mode == "shared" else "-"
-                    print(f"{k:>3} | {mode:>8} | {tokens:>7,} | {s:>7.1f} | {tokens / s:>9.1f} | "
-                          f"{decode:>12} | {tokens / k / s:>14.1f} | {s / k:>16.2f} | "
-                          f"{peak_memory_gb(device):.2f}", flush=True)  # fmt: skip
+                    rate = f"{tokens / (s - prefill_s):.1f}" if prefill == "shared" else "-"
+                    print(f"{k:>3} | {prefill:>8} | {decode:>8} | {tokens:>7,} | {s:>7.1f} | "
+                          f"{tokens / s:>9.1f} | {rate:>12} | {tokens / k / s:>14.1f} | "
+                          f"{s / k:>16.2f} | {peak_memory_gb(device):.2f}", flush=True)  # fmt: skip
                 if len(seconds) == 2:
-                    ratio = seconds["generate"] / seconds["shared"]
-                    print(f"{k:>3} | generate / shared: {ratio:.2f}x")
+                    (a, first), (b, second) = seconds.items()
+                    print(f"{k:>3} | {'/'.join(b)} over {'/'.join(a)}: {second / first:.2f}x")
         if args.lora_samples:
             time_lora_update(backend, prompt, completions[-args.lora_samples :])
     return 0

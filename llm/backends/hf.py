@@ -28,10 +28,19 @@ Behaviour:
   (such settings in the checkpoint's ``generation_config.json`` are switched off), so that
   the samples come from the policy whose log-probabilities are reported. ``temperature == 0``
   decodes greedily once per prompt and repeats the result ``n`` times.
-- Determinism: each sampling call seeds torch from ``seed`` and the number of earlier calls,
-  inside :func:`torch.random.fork_rng`, so the k-th call of a backend built with the same
-  ``seed`` (same weights, prompts, device and library versions) returns the same samples,
-  and the global torch RNG state is left as it was.
+- Decoding (``drop_finished_rows``, the default): the backend's own loop runs one forward
+  per step over the rows still decoding and drops each row (its cache row too) once it has
+  ended, so a call's later steps cost what the rows left cost; ``model.generate`` runs
+  every row to the last row's end (in the 1.5B designer's search rounds, 31-51% of its
+  row-steps came after rows had ended, 2026-11-30). Each row draws its tokens by inverse
+  transform with uniforms from a generator of its own, so its sample does not depend on the
+  rest of the batch. ``drop_finished_rows=False`` runs ``model.generate`` and its sampler.
+- Determinism: each call draws a seed from ``seed`` and the number of earlier calls, and
+  each row's generator is seeded from the call's seed and the row's index
+  (``model.generate``: torch's RNG is seeded with it inside :func:`torch.random.fork_rng`),
+  so the k-th call of a backend built with the same ``seed`` (same weights, prompts, device
+  and library versions) returns the same samples, and the global torch RNG state is left
+  as it was.
 - Completions end at the first end-of-sequence token (the tokenizer's EOS and those of the
   model's generation config), after ``max_new_tokens`` tokens, or (``stop_after_code``,
   the default) with the token that completes the line closing the first Python code block
@@ -39,24 +48,25 @@ Behaviour:
   completion's tokens, text and log-probabilities end with that token (what the model
   would have written after it is never sampled, so it is not scored either). Texts are
   decoded from the new tokens only, without special tokens.
-- Batching: all prompts of a call go through ``model.generate`` together, left-padded; the
+- Batching: all prompts of a call are decoded together, left-padded; the
   tokenizer's ``padding_side`` is set to ``"left"`` and a missing pad token is set to EOS.
-  Each sampled token's log-probability is read from its step's logits as the next step
-  starts, so a call holds one step's logits, not all of them (6.2 GB for 16 rows of 640
+  Each sampled token's log-probability is read from its step's logits, so a call holds
+  one step's logits, not all of them (6.2 GB for 16 rows of 640
   tokens of a 151,936-token vocabulary).
 - Shared prefill (``share_prefill``, the default): each distinct prompt of a call is run
   through the model once, alone (no padding), and its key/value cache is copied,
   left-padded, into a preallocated cache row (``StaticCache``, filled in place) for every
   completion that continues it (``n`` samples of one prompt, or equal prompts), so only
-  the decoding steps are paid per completion. ``model.generate`` alone expands rows before
-  the prefill, which repeats a 2,500-token prompt's prefill for each of ``n`` samples,
-  and its ``DynamicCache`` copies every layer's cache at each step. The sampling
-  distribution is the same; in float32 the samples equal those of ``model.generate``
-  alone, while in bfloat16 the other rounding of a one-row prefill makes sequences part
-  after some tokens. Measured on 2-core CPUs: 1.31x faster for 8 samples of one prompt of
-  the 1.5B designer (``benchmarks/results/2026-11-26-hf-prefill-and-dtype-cpu.md``, with
-  a batched prefill and a ``DynamicCache``); a search round's 16 prompts, 1.32x faster
-  again with the unpadded prefill and the preallocated cache
+  the decoding steps are paid per completion. Without it the first decoding step runs
+  every row's whole padded prompt, which repeats a 2,500-token prompt's prefill for each
+  of ``n`` samples (``model.generate`` alone does so too, and its ``DynamicCache``
+  copies every layer's cache at each step). The sampling distribution is the same; in
+  float32 the samples equal those without the shared prefill, while in bfloat16 the other
+  rounding of a one-row prefill makes sequences part after some tokens. Measured on 2-core
+  CPUs: 1.31x faster for 8 samples of one prompt of the 1.5B designer
+  (``benchmarks/results/2026-11-26-hf-prefill-and-dtype-cpu.md``, with a batched prefill
+  and a ``DynamicCache``); a search round's 16 prompts, 1.32x faster again with the
+  unpadded prefill and the preallocated cache
   (``benchmarks/results/2026-11-30-hf-static-cache-cpu.md``).
 
 The model is put in eval mode (no dropout) when loaded; code that switches it to train
@@ -225,7 +235,10 @@ class HFBackend(Backend):
             process); 0 leaves PyTorch's default.
         share_prefill: compute each distinct prompt's key/value cache once per call and
             copy it to its completions (see the module docstring); ``False`` leaves the
-            prefill to ``model.generate`` (one per completion).
+            prefill to the first decoding step (one per completion).
+        drop_finished_rows: decode with the backend's own loop, which drops each row from
+            the batch once it has ended (see the module docstring); ``False`` runs
+            ``model.generate`` (transformers' sampler) on every row to the last one's end.
 
     Attributes:
         model: the ``PreTrainedModel`` (on ``device``, eval mode); may be replaced by a
@@ -256,6 +269,7 @@ class HFBackend(Backend):
         stop_after_code: bool = True,
         threads: int = 0,
         share_prefill: bool = True,
+        drop_finished_rows: bool = True,
     ) -> None:
         path_or_name = str(path_or_name).strip()
         source, gguf_file, is_local = _resolve_source(path_or_name)
@@ -314,6 +328,7 @@ class HFBackend(Backend):
         self.system_prompt = system_prompt
         self.stop_after_code = stop_after_code
         self.share_prefill = share_prefill
+        self.drop_finished_rows = drop_finished_rows
         eos = model.generation_config.eos_token_id
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         if tokenizer.eos_token_id is not None:
@@ -398,8 +413,8 @@ class HFBackend(Backend):
         self, prompt_ids: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, steps: int
     ) -> StaticCache | None:
         """The key/value cache of every prompt token but the last, for each generation row,
-        with room for ``steps`` more positions (``model.generate`` then runs the last
-        prompt token and decodes); None for one-token prompts.
+        with room for ``steps`` more positions (the first decoding step then runs the last
+        prompt token); None for one-token prompts.
 
         Each distinct prompt runs through the model alone, without its padding (a padded
         batch computes the padding too: 195 against 151 s for a search round's 11 prompts
@@ -458,7 +473,7 @@ class HFBackend(Backend):
     def _sample(
         self, prompts: list[str], n: int, temperature: float, max_new_tokens: int
     ) -> list[list[Completion]]:
-        """Runs ``model.generate`` on all prompts at once; see :meth:`generate_with_logprobs`."""
+        """Decodes all prompts' completions in one batch; see :meth:`generate_with_logprobs`."""
         texts = [self.format_prompt(p) for p in prompts]
         distinct = list(dict.fromkeys(texts))
         batch = self.tokenizer(
@@ -467,11 +482,7 @@ class HFBackend(Backend):
             padding=True,
             return_tensors="pt",
         ).to(self.device)
-        greedy = temperature == 0
-        # the temperature is the recorder's to apply, after it has read the raw logits
-        mode = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0}
-        recorder = _TokenLogprobs(temperature)
-        copies = 1 if greedy else n
+        copies = 1 if temperature == 0 else n
         # generation row r continues distinct prompt source[r]: prompt i's copies in turn
         row_of = {t: i for i, t in enumerate(distinct)}
         source = torch.tensor([row_of[t] for t in texts for _ in range(copies)], device=self.device)
@@ -479,12 +490,41 @@ class HFBackend(Backend):
         cache = (
             self._prefill(prompt_ids, mask, source, max_new_tokens) if self.share_prefill else None
         )
+        call_seed = self._call_seeds.getrandbits(63)
+        if self.drop_finished_rows:
+            decode = self._decode
+        else:
+            decode = self._generate_rows
+        decoded = decode(prompt_ids, mask, source, cache, temperature, max_new_tokens, call_seed)
+        rows = [
+            Completion(self.tokenizer.decode(ids, skip_special_tokens=True), tuple(ids), tuple(lps))
+            for ids, lps in decoded
+        ]
+        return [rows[i * copies : (i + 1) * copies] * (n // copies) for i in range(len(prompts))]
+
+    def _generate_rows(
+        self,
+        prompt_ids: torch.Tensor,
+        mask: torch.Tensor,
+        source: torch.Tensor,
+        cache: StaticCache | None,
+        temperature: float,
+        steps: int,
+        call_seed: int,
+    ) -> list[tuple[list[int], list[float]]]:
+        """``model.generate`` on every row to the last row's end (``drop_finished_rows=False``):
+        transformers' own sampler, from the global torch RNG seeded with ``call_seed`` inside
+        :func:`torch.random.fork_rng`. Arguments and result as :meth:`_decode`."""
+        greedy = temperature == 0
+        # the temperature is the recorder's to apply, after it has read the raw logits
+        mode = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0}
+        recorder = _TokenLogprobs(temperature)
         devices = []
         if self.device.type == "cuda":
             index = self.device.index
             devices = [index if index is not None else torch.cuda.current_device()]
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
-            torch.manual_seed(self._call_seeds.getrandbits(63))
+            torch.manual_seed(call_seed)
             out = self.model.generate(
                 input_ids=prompt_ids[source],
                 attention_mask=mask[source],
@@ -492,7 +532,7 @@ class HFBackend(Backend):
                 **mode,
                 **({} if greedy else _PLAIN_SAMPLING),
                 repetition_penalty=1.0,
-                max_new_tokens=max_new_tokens,
+                max_new_tokens=steps,
                 eos_token_id=sorted(self.eos_token_ids),
                 pad_token_id=self.tokenizer.pad_token_id,
                 logits_processor=LogitsProcessorList([recorder]),
@@ -501,14 +541,108 @@ class HFBackend(Backend):
                 ),
                 return_dict_in_generate=True,
             )
-        new = out.sequences[:, prompt_ids.shape[1] :]  # (len(prompts) * copies, T)
+        new = out.sequences[:, prompt_ids.shape[1] :]  # (rows, T)
         logprobs = recorder.finish(new)  # (rows, T) float32
-        rows = []
+        decoded = []
         for ids, lps in zip(new.tolist(), logprobs.tolist(), strict=True):
             ids = self._finish(ids)
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            rows.append(Completion(text, tuple(ids), tuple(lps[: len(ids)])))
-        return [rows[i * copies : (i + 1) * copies] * (n // copies) for i in range(len(prompts))]
+            decoded.append((ids, lps[: len(ids)]))
+        return decoded
+
+    def _decode(
+        self,
+        prompt_ids: torch.Tensor,
+        mask: torch.Tensor,
+        source: torch.Tensor,
+        cache: StaticCache | None,
+        temperature: float,
+        steps: int,
+        call_seed: int,
+    ) -> list[tuple[list[int], list[float]]]:
+        """Decodes every generation row, dropping each from the batch once it has ended.
+
+        One forward per step over the rows still decoding; a row ends at an end-of-sequence
+        token, at the token that closes its first code block (``stop_after_code``) or after
+        ``steps`` tokens, and its cache row is then dropped (``Cache.reorder_cache``), so
+        the later steps cost what the rows left cost. ``model.generate`` runs every row to
+        the last row's end: in a search round's call, half of the row-steps decoded
+        padding after rows had ended (2026-11-30).
+
+        Sampling (``temperature > 0``) draws each row's token by inverse transform from
+        ``softmax(logits / temperature)`` (float64), with one uniform from a generator of
+        its own per row (seeded from ``call_seed`` and the row's index), so a row's sample
+        does not depend on which other rows are still in the batch; ``temperature == 0``
+        takes the argmax.
+
+        Args:
+            prompt_ids: int64 [P, L] distinct prompts' token ids, left-padded.
+            mask: int64 [P, L] attention mask (0 at padding).
+            source: int64 [R] the distinct prompt each generation row continues.
+            cache: :meth:`_prefill`'s cache (every prompt token but the last of each row),
+                or None: the first step then runs the whole padded prompts.
+            temperature: sampling temperature (0: greedy).
+            steps: the most new tokens per row (>= 1).
+            call_seed: the call's seed (0 <= seed < 2**63).
+
+        Returns:
+            R ``(token ids, log-probabilities)`` pairs: each row's new tokens up to and
+            including the one that ended it, and their float32 log-probabilities (nats)
+            under the untempered softmax of the model's logits.
+        """
+        rows, width = len(source), prompt_ids.shape[1]
+        attention = mask.new_zeros(rows, width + steps)  # 1 at each position fed so far
+        attention[:, :width] = mask[source]
+        positions = attention[:, :width].cumsum(-1) - 1  # padding-aware, as generate does
+        if cache is None:  # the first step runs the whole prompt
+            cache = StaticCache(config=self.model.config, max_cache_len=width + steps)
+            step_ids, step_positions = prompt_ids[source], positions.clamp(min=0)
+        else:  # the prefill holds all but the last prompt token
+            step_ids, step_positions = prompt_ids[source][:, -1:], positions[:, -1:]
+        draws = random.Random(call_seed)
+        generators = [torch.Generator().manual_seed(draws.getrandbits(63)) for _ in range(rows)]
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in self._forward_args else {}
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        logprobs: list[list[float]] = [[] for _ in range(rows)]
+        active = list(range(rows))  # original indices of the batch's rows, in batch order
+        with torch.no_grad():
+            for step in range(steps):
+                logits = self.model(
+                    input_ids=step_ids,
+                    attention_mask=attention,
+                    position_ids=step_positions,
+                    use_cache=True,
+                    **{self._cache_arg: cache},
+                    **keep,
+                ).logits[:, -1]
+                log_p = torch.log_softmax(logits.float(), dim=-1)  # (A, vocabulary)
+                if temperature == 0:
+                    picked = log_p.argmax(dim=-1)
+                else:
+                    cdf = torch.softmax(logits.double() / temperature, dim=-1).cumsum(dim=-1)
+                    u = torch.cat([torch.rand(1, generator=generators[r], dtype=torch.float64)
+                                   for r in active]).to(cdf.device)  # fmt: skip
+                    picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+                    picked = picked.clamp(max=cdf.shape[1] - 1)
+                picked_log_p = log_p.gather(1, picked[:, None])[:, 0].tolist()
+                still = []
+                for i, (r, token) in enumerate(zip(active, picked.tolist(), strict=True)):
+                    tokens[r].append(token)
+                    logprobs[r].append(picked_log_p[i])
+                    ended = token in self.eos_token_ids or self._closes_code(tokens[r])
+                    if not ended and step + 1 < steps:
+                        still.append(i)
+                if not still:
+                    break
+                if len(still) < len(active):
+                    index = torch.tensor(still, device=picked.device)
+                    cache.reorder_cache(index)
+                    attention, picked = attention[index], picked[index]
+                    step_positions = step_positions[index]
+                    active = [active[i] for i in still]
+                attention[:, width + step] = 1
+                step_ids = picked[:, None]
+                step_positions = step_positions[:, -1:] + 1
+        return list(zip(tokens, logprobs, strict=True))
 
     def generate_with_logprobs(
         self,

@@ -49,8 +49,17 @@ def test_a_rounds_design_prompts_in_order_and_their_prefill(tmp_path, capsys):
     # the whole command: one call of the round's three prompts, every row 6 tokens long
     argv = [
         "--model", str(tmp_path / "lm"), "--round", f"{tmp_path / 'run'}:2", "--repeats", "1",
-        "--max-new-tokens", "6", "--fixed-length", "--dtype", "float32",
+        "--max-new-tokens", "6", "--fixed-length", "--dtype", "float32", "--decode",
+        "loop,generate",
     ]  # fmt: skip
     assert bench_hf_throughput.main(argv) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  3 |"))
-    assert [cell.strip() for cell in row.split("|")[:3]] == ["3", "shared", "18"]
+    lines = capsys.readouterr().out.splitlines()
+    rows = [
+        [cell.strip() for cell in line.split("|")] for line in lines if line.startswith("  3 |")
+    ]
+    # one row per decoding, both 18 tokens, then the ratio of their seconds
+    assert [row[:4] for row in rows[:2]] == [
+        ["3", "shared", "loop", "18"],
+        ["3", "shared", "generate", "18"],
+    ]
+    assert rows[2][1].startswith("shared/generate over shared/loop: ")

@@ -167,10 +167,13 @@ def test_logprobs_match_a_forward_pass(variant, request):
 
 
 def test_tempered_samples_are_transformers_own_and_logprobs_untempered(model_dirs):
-    """The backend applies the temperature itself (after reading the raw logits): its
-    samples are those of ``model.generate``'s own temperature sampling under the same
-    seed, and the recorded log-probabilities are the untempered model's."""
-    backend = HFBackend(str(model_dirs["plain"]), seed=5, share_prefill=False)
+    """With ``drop_finished_rows=False`` the backend runs ``model.generate`` and applies the
+    temperature itself (after reading the raw logits): its samples are those of
+    ``model.generate``'s own temperature sampling under the same seed, and the recorded
+    log-probabilities are the untempered model's."""
+    backend = HFBackend(
+        str(model_dirs["plain"]), seed=5, share_prefill=False, drop_finished_rows=False
+    )
     seed = random.Random(5).getrandbits(63)  # the backend's first call's torch seed
     [row] = backend.generate_with_logprobs(PROMPTS[:1], n=3, temperature=0.7, max_new_tokens=25)
     ids = torch.tensor([backend.prompt_token_ids(PROMPTS[0])] * 3)
@@ -186,6 +189,108 @@ def test_tempered_samples_are_transformers_own_and_logprobs_untempered(model_dir
         assert list(c.token_ids) == reference[: len(c.token_ids)]
         expected = recomputed_logprobs(backend, PROMPTS[0], c.token_ids)
         torch.testing.assert_close(torch.tensor(c.token_logprobs), expected, atol=1e-4, rtol=0)
+
+
+def reference_sample(backend: HFBackend, prompt: str, seed: int, temperature: float, steps: int):
+    """One completion decoded alone, without a cache: a full forward pass over the prompt
+    and the tokens so far at each step, the token drawn by inverse transform from
+    ``softmax(logits / temperature)`` with one uniform per step from a generator seeded
+    ``seed`` (the decode loop's per-row scheme); stops at EOS or after ``steps`` tokens."""
+    context, ids = backend.prompt_token_ids(prompt), []
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = backend.model(input_ids=torch.tensor([context + ids])).logits[0, -1]
+        probabilities = torch.softmax(logits.double() / temperature, dim=-1).tolist()
+        u = torch.rand(1, generator=generator, dtype=torch.float64).item() * sum(probabilities)
+        total, token = 0.0, len(probabilities) - 1
+        for k, p in enumerate(probabilities):
+            total += p
+            if total > u:
+                token = k
+                break
+        ids.append(token)
+        if token == EOS:
+            break
+    return ids
+
+
+@pytest.mark.parametrize("share_prefill", [True, False])
+def test_the_decode_loop_samples_each_row_alone(model_dirs, share_prefill):
+    """The decode loop's samples (rows of two left-padded prompts, ``n`` each, leaving the
+    batch as they end) are each row's own: what :func:`reference_sample` draws decoding that
+    row alone, with no cache, from the row's seed (the call seed's ``random.Random``
+    sequence, rows prompt by prompt); the log-probabilities are the untempered model's."""
+    backend = HFBackend(str(model_dirs["plain"]), seed=11, share_prefill=share_prefill)
+    got = backend.generate_with_logprobs(PROMPTS, n=3, temperature=0.8, max_new_tokens=40)
+    draws = random.Random(random.Random(11).getrandbits(63))
+    seeds = [draws.getrandbits(63) for _ in range(6)]
+    completions = [c for row in got for c in row]
+    assert any(len(c.token_ids) < 40 for c in completions)  # some rows ended early
+    for i, c in enumerate(completions):
+        prompt = PROMPTS[i // 3]
+        assert list(c.token_ids) == reference_sample(backend, prompt, seeds[i], 0.8, 40)
+        expected = recomputed_logprobs(backend, prompt, c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.token_logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_rows_leave_the_batch_when_they_end(model_dirs):
+    """Each decoding step runs only the rows that have not ended: after the prefills, step
+    k's forward has as many rows as completions longer than k tokens."""
+    plain = HFBackend(str(model_dirs["plain"]), seed=11)
+    shapes = []
+
+    def record(module, args, kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+
+    hook = plain.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        got = plain.generate_with_logprobs(PROMPTS, n=4, temperature=1.0, max_new_tokens=40)
+    finally:
+        hook.remove()
+    lengths = [len(c.token_ids) for row in got for c in row]
+    steps = shapes[len(PROMPTS) :]  # after one prefill forward per distinct prompt
+    assert len(steps) == max(lengths)
+    assert [rows for rows, _ in steps] == [sum(n > k for n in lengths) for k in range(len(steps))]
+    assert steps[-1][0] < steps[0][0] == 8  # the batch shrank
+
+
+def test_the_decode_loop_draws_from_the_tempered_softmax(plain):
+    """One-token samples of one prompt (3,000 rows at temperature 0.5) have the frequencies
+    of ``softmax(logits / 0.5)`` of a plain forward pass: each token's count within five
+    binomial standard deviations of its expectation."""
+    rows, temperature = 3000, 0.5
+    [row] = plain.generate_with_logprobs(
+        PROMPTS[:1], n=rows, temperature=temperature, max_new_tokens=1
+    )
+    counts = torch.bincount(torch.tensor([c.token_ids[0] for c in row]), minlength=len(CHARS) + 4)
+    with torch.no_grad():
+        logits = plain.model(input_ids=torch.tensor([plain.prompt_token_ids(PROMPTS[0])]))
+    p = torch.softmax(logits.logits[0, -1].double() / temperature, dim=-1)
+    assert p.max() < 0.5  # a spread distribution, so the test sees many tokens
+    expected, spread = rows * p, (rows * p * (1 - p)).sqrt()
+    assert torch.all((counts - expected).abs() <= 5 * spread + 1)
+    assert (counts > 0).sum() >= 10
+
+
+@pytest.mark.parametrize("variant", ["plain", "chat"])
+def test_greedy_decoding_equals_generates(variant, model_dirs):
+    """Greedy completions of the decode loop (cache shared or not) are ``model.generate``'s
+    (``drop_finished_rows=False``), tokens and log-probabilities."""
+    options = {"system_prompt": "be brief"} if variant == "chat" else {}
+    folder = str(model_dirs[variant])
+    want = HFBackend(folder, drop_finished_rows=False, **options).generate_with_logprobs(
+        PROMPTS, n=2, temperature=0, max_new_tokens=30
+    )
+    for share_prefill in (True, False):
+        backend = HFBackend(folder, share_prefill=share_prefill, **options)
+        got = backend.generate_with_logprobs(PROMPTS, n=2, temperature=0, max_new_tokens=30)
+        assert [[c.token_ids for c in row] for row in got] == [
+            [c.token_ids for c in row] for row in want
+        ]
+        for row, reference in zip(got, want, strict=True):
+            for c, r in zip(row, reference, strict=True):
+                assert c.token_logprobs == pytest.approx(r.token_logprobs, abs=1e-5)
 
 
 @pytest.mark.parametrize("variant", ["plain", "chat"])
