@@ -14,7 +14,10 @@ alone (which prefills the prompt once per completion), and prints the ratio;
 ``--decode loop,generate`` likewise times the backend's decode loop, which drops each row
 from the batch once it has ended, against ``model.generate``, which runs every row to the
 last one's end (``HFBackend(drop_finished_rows=...)``; the two draw different samples, so
-compare the seconds of a whole call, not tokens/s). Before the
+one call's ratio carries the spread of the longest completion). A call of the decode loop
+also times each decoding forward (:class:`StepTimer`) and prints what the same samples
+would have cost with every row kept to the longest one's end: the call's seconds plus, for
+each step run with fewer rows, the median step at the full batch less that step. Before the
 table it times the prompt processing alone (:func:`time_prefill`: the one-row forward the
 shared prefill runs per distinct prompt) in prompt tokens/s; the table's ``decode tok/s``
 is then, for a shared-prefill call, its new tokens over its seconds less that prefill. With
@@ -70,6 +73,7 @@ from pathlib import Path
 # host JAX must not take the GPU memory the language model needs.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
@@ -232,10 +236,11 @@ def main(argv: list[str] | None = None) -> int:
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     t = time.perf_counter()
-                    rows = [c for row in backend.generate_with_logprobs(
-                        asked, n=n, temperature=args.temperature,
-                        max_new_tokens=args.max_new_tokens,
-                    ) for c in row]  # fmt: skip
+                    with StepTimer(backend.model) as steps:
+                        rows = [c for row in backend.generate_with_logprobs(
+                            asked, n=n, temperature=args.temperature,
+                            max_new_tokens=args.max_new_tokens,
+                        ) for c in row]  # fmt: skip
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     s = seconds[mode] = time.perf_counter() - t
@@ -245,12 +250,66 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{k:>3} | {prefill:>8} | {decode:>8} | {tokens:>7,} | {s:>7.1f} | "
                           f"{tokens / s:>9.1f} | {rate:>12} | {tokens / k / s:>14.1f} | "
                           f"{s / k:>16.2f} | {peak_memory_gb(device):.2f}", flush=True)  # fmt: skip
+                    if decode == "loop":
+                        kept = s + steps.kept_to_the_end()
+                        rows_per_step = steps.rows_per_step()
+                        print(f"{k:>3} | {len(rows_per_step)} decoding steps, "
+                              f"{sum(rows_per_step) / len(rows_per_step):.1f} rows per step of "
+                              f"{rows_per_step[0]}; every row kept to the longest end: "
+                              f"{kept:.1f} s, {kept / s:.2f}x this call", flush=True)  # fmt: skip
                 if len(seconds) == 2:
                     (a, first), (b, second) = seconds.items()
                     print(f"{k:>3} | {'/'.join(b)} over {'/'.join(a)}: {second / first:.2f}x")
         if args.lora_samples:
             time_lora_update(backend, prompt, completions[-args.lora_samples :])
     return 0
+
+
+class StepTimer:
+    """Times each forward of ``model`` inside a ``with`` block (forward hooks; on CUDA
+    synchronized before and after): ``records`` holds ``(rows, positions, seconds)`` per
+    forward, the decoding steps being those of one position."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model, self.records, self._start = model, [], 0.0
+        self._cuda = next(model.parameters()).device.type == "cuda"
+
+    def _before(self, module, args, kwargs) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
+        self._start = time.perf_counter()
+
+    def _after(self, module, args, kwargs, output) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        self.records.append((ids.shape[0], ids.shape[1], time.perf_counter() - self._start))
+
+    def __enter__(self) -> StepTimer:
+        self._hooks = [
+            self.model.register_forward_pre_hook(self._before, with_kwargs=True),
+            self.model.register_forward_hook(self._after, with_kwargs=True),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+    def rows_per_step(self) -> list[int]:
+        """The rows of each decoding step (forwards of one position), in order."""
+        return [rows for rows, positions, _ in self.records if positions == 1]
+
+    def kept_to_the_end(self) -> float:
+        """Seconds the decoding steps run with fewer rows than the first would have taken
+        more at the first step's row count (the median of the steps at that count), as
+        when every row is decoded to the longest one's end."""
+        steps = [(rows, seconds) for rows, positions, seconds in self.records if positions == 1]
+        if not steps:
+            return 0.0
+        full = steps[0][0]
+        median = float(np.median([seconds for rows, seconds in steps if rows == full]))
+        return sum(median - seconds for rows, seconds in steps if rows < full)
 
 
 def time_prefill(backend: HFBackend, prompts: list[str], repeats: int) -> tuple[int, float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tiny_lm import build_tiny_lm  # noqa: E402
@@ -57,9 +57,25 @@ def test_a_rounds_design_prompts_in_order_and_their_prefill(tmp_path, capsys):
     rows = [
         [cell.strip() for cell in line.split("|")] for line in lines if line.startswith("  3 |")
     ]
-    # one row per decoding, both 18 tokens, then the ratio of their seconds
-    assert [row[:4] for row in rows[:2]] == [
+    # one row per decoding, both 18 tokens (the loop's followed by its steps), then the
+    # ratio of their seconds
+    assert [row[:4] for row in (rows[0], rows[2])] == [
         ["3", "shared", "loop", "18"],
         ["3", "shared", "generate", "18"],
     ]
-    assert rows[2][1].startswith("shared/generate over shared/loop: ")
+    # fixed length: no row ends early, so keeping rows to the end costs nothing more
+    assert rows[1][1].startswith("6 decoding steps, 3.0 rows per step of 3; every row kept")
+    assert rows[1][1].endswith(" s, 1.00x this call")
+    assert rows[3][1].startswith("shared/generate over shared/loop: ")
+
+
+def test_keeping_every_row_to_the_end_adds_the_full_batch_step_to_each_shrunk_step():
+    """On hand-made forward records (a prefill of 10 positions, then one-position steps
+    at 4, 4, 4, 2 and 1 rows): the median full step is 0.5 s, so the two shrunk steps
+    would have cost (0.5 - 0.3) + (0.5 - 0.2) = 0.5 s more."""
+    timer = bench_hf_throughput.StepTimer(torch.nn.Linear(1, 1))
+    timer.records = [(4, 10, 1.0), (4, 1, 0.4), (4, 1, 0.6), (4, 1, 0.5), (2, 1, 0.3), (1, 1, 0.2)]
+    assert timer.rows_per_step() == [4, 4, 4, 2, 1]
+    assert timer.kept_to_the_end() == pytest.approx(0.5)
+    timer.records = [(3, 7, 1.0)]
+    assert timer.rows_per_step() == [] and timer.kept_to_the_end() == 0.0
