@@ -18,8 +18,10 @@ one call's ratio carries the spread of the longest completion). A call of the de
 also times each decoding forward (:class:`StepTimer`) and prints what the same samples
 would have cost with every row kept to the longest one's end: the call's seconds plus, for
 each step run with fewer rows, the median step at the full batch less that step. Before the
-table it times the prompt processing alone (:func:`time_prefill`: the one-row forward the
-shared prefill runs per distinct prompt) in prompt tokens/s; the table's ``decode tok/s``
+table it times the prompt processing alone (:func:`time_prefill`: the one-row forwards the
+shared prefill runs per distinct prompt, tokens a prompt shares with an earlier one run
+once) in prompt tokens/s, and with several distinct prompts the same with every prompt's
+tokens run, and their ratio; the table's ``decode tok/s``
 is then, for a shared-prefill call, its new tokens over its seconds less that prefill. With
 ``--lora-samples N`` it then times one low-level DEK update
 (:meth:`llm.dek.low_level.LowLevelDEK.update`, the default LoRA settings) on N of the
@@ -214,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         backend.generate([prompt], n=1, temperature=args.temperature, max_new_tokens=8)  # warm-up
         prompt_tokens, prefill_s = time_prefill(backend, prompts, args.repeats)
         print(f"prefill: {prompt_tokens:,} prompt tokens in {prefill_s:.2f} s (each distinct "
-              f"prompt alone, best of {args.repeats}): {prompt_tokens / prefill_s:.1f} prompt "
-              f"tokens/s")  # fmt: skip
+              f"prompt alone, shared leading tokens once, best of {args.repeats}): "
+              f"{prompt_tokens / prefill_s:.1f} prompt tokens/s")  # fmt: skip
+        if len(lengths) > 1:
+            _, apart_s = time_prefill(backend, prompts, args.repeats, together=False)
+            print(f"prefill: every prompt's tokens run: {apart_s:.2f} s, "
+                  f"{apart_s / prefill_s:.2f}x")  # fmt: skip
         print(f"{'K':>3} | {'prefill':>8} | {'decode':>8} | {'tokens':>7} | {'s':>7} | "
               f"{'tokens/s':>9} | {'decode tok/s':>12} | {'per completion':>14} | "
               f"{'s per completion':>16} | peak GB")  # fmt: skip
@@ -312,28 +318,35 @@ class StepTimer:
         return sum(median - seconds for rows, seconds in steps if rows < full)
 
 
-def time_prefill(backend: HFBackend, prompts: list[str], repeats: int) -> tuple[int, float]:
+def time_prefill(
+    backend: HFBackend, prompts: list[str], repeats: int, together: bool = True
+) -> tuple[int, float]:
     """``(prompt tokens, seconds)`` of the shared prefill of ``prompts``' distinct prompts
-    (each alone: all its tokens but the last, through :meth:`HFBackend._prefill`), the
-    fastest of ``repeats`` (at least one) timed runs."""
+    (all their tokens but the last, through :meth:`HFBackend._prefill`), the fastest of
+    ``repeats`` (at least one) timed runs. ``together``: one call, as a designer call
+    prefills them (the tokens a prompt shares with an earlier one run once); else one call
+    per prompt (every prompt's tokens run)."""
     distinct = [backend.format_prompt(x) for x in dict.fromkeys(prompts)]
-    batch = backend.tokenizer(
-        distinct,
-        add_special_tokens=not backend.uses_chat_template,
-        padding=True,
-        return_tensors="pt",
-    ).to(backend.device)
-    rows = torch.arange(len(distinct), device=backend.device)
+    batches = [distinct] if together else [[x] for x in distinct]
+    batches = [
+        backend.tokenizer(
+            texts, add_special_tokens=not backend.uses_chat_template, padding=True,
+            return_tensors="pt",
+        ).to(backend.device)
+        for texts in batches
+    ]  # fmt: skip
     best = float("inf")
     for _ in range(max(repeats, 1)):
         if backend.device.type == "cuda":
             torch.cuda.synchronize(backend.device)
         t = time.perf_counter()
-        backend._prefill(batch["input_ids"], batch["attention_mask"], rows, 1)
+        for batch in batches:
+            rows = torch.arange(len(batch["input_ids"]), device=backend.device)
+            backend._prefill(batch["input_ids"], batch["attention_mask"], rows, 1)
         if backend.device.type == "cuda":
             torch.cuda.synchronize(backend.device)
         best = min(best, time.perf_counter() - t)
-    return int(batch["attention_mask"].sum()) - len(distinct), best
+    return sum(int(b["attention_mask"].sum()) - len(b["input_ids"]) for b in batches), best
 
 
 def round_prompts(spec: str) -> list[str]:

@@ -42,10 +42,11 @@ def test_a_rounds_design_prompts_in_order_and_their_prefill(tmp_path, capsys):
     with pytest.raises(SystemExit, match="expected RUN_DIR:J"):
         bench_hf_throughput.round_prompts(str(tmp_path / "run"))
     backend = HFBackend(str(build_tiny_lm(tmp_path / "lm", architecture="qwen2")), seed=0)
-    tokens, seconds = bench_hf_throughput.time_prefill(backend, prompts, repeats=1)
-    # two distinct prompts, each prefilled without its last token
-    assert tokens == sum(len(backend.prompt_token_ids(p)) - 1 for p in prompts[:2])
-    assert seconds > 0
+    # two distinct prompts, each prefilled without its last token, together or apart
+    for together in (True, False):
+        tokens, seconds = bench_hf_throughput.time_prefill(backend, prompts, 1, together)
+        assert tokens == sum(len(backend.prompt_token_ids(p)) - 1 for p in prompts[:2])
+        assert seconds > 0
     # the whole command: one call of the round's three prompts, every row 6 tokens long
     argv = [
         "--model", str(tmp_path / "lm"), "--round", f"{tmp_path / 'run'}:2", "--repeats", "1",

@@ -8,6 +8,7 @@ alphabet (so texts re-tokenize to the same ids), the model a 2-layer Llama with 
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import string
@@ -296,8 +297,8 @@ def test_greedy_decoding_equals_generates(variant, model_dirs):
 @pytest.mark.parametrize("variant", ["plain", "chat"])
 def test_a_shared_prefill_samples_what_generate_alone_samples(variant, model_dirs):
     """Each distinct prompt of a call is run through the model once (its tokens but the
-    last, alone) and its cache copied to its completions; they are
-    the completions of ``model.generate`` prefilling every row itself, same seed."""
+    last, alone) and its cache copied to its completions; they are the completions of
+    the decode loop running every row's whole prompt itself, same seed."""
     options = {"system_prompt": "be brief"} if variant == "chat" else {}
     shared = HFBackend(str(model_dirs[variant]), seed=3, **options)
     alone = HFBackend(str(model_dirs[variant]), seed=3, share_prefill=False, **options)
@@ -319,9 +320,11 @@ def test_a_shared_prefill_samples_what_generate_alone_samples(variant, model_dir
     for row, reference in zip(got, want, strict=True):
         for c, r in zip(row, reference, strict=True):
             assert c.token_logprobs == pytest.approx(r.token_logprobs, abs=1e-5)
-    lengths = [len(shared.prompt_token_ids(p)) for p in PROMPTS]
-    # the prefill, one forward per distinct prompt, then generate's first step
-    assert shapes[:3] == [(1, lengths[0] - 1), (1, lengths[1] - 1), (9, 1)]
+    first, second = (shared.prompt_token_ids(p) for p in PROMPTS)
+    start = len(os.path.commonprefix([first, second]))  # e.g. BOS, or the system message
+    # the prefill, one forward per distinct prompt (the second from where it parts from
+    # the first), then the first decoding step
+    assert shapes[:3] == [(1, len(first) - 1), (1, len(second) - 1 - start), (9, 1)]
     assert shared.generate(prompts, n=2, temperature=0, max_new_tokens=12) == alone.generate(
         prompts, n=2, temperature=0, max_new_tokens=12
     )

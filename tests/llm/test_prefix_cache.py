@@ -12,6 +12,8 @@ size 32, with the byte-level BPE tokenizer of ``tiny_lm.tiny_tokenizer``.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -109,16 +111,57 @@ def _forward_lengths(backend: HFBackend, prompts: list[str], n: int) -> list[tup
 
 def test_the_prefill_runs_once_per_distinct_prompt(model_dir):
     """With the cached prefix, one forward per distinct prompt covers its tokens but the
-    last, without padding, and every later forward is one position per row; uncached,
-    ``model.generate`` prefills ``len(prompts) * n`` full-length rows."""
+    last (those after the tokens it shares with an earlier prompt), without padding, and
+    every later forward is one position per row; uncached, the first decoding step runs
+    ``len(prompts) * n`` full-length rows."""
     cached, uncached = _backends(model_dir)
     prompts, n = [PROMPTS[0], PROMPTS[1], PROMPTS[0]], 4
-    lengths = [len(cached.prompt_token_ids(p)) for p in PROMPTS]
-    longest = max(lengths)
+    first, second = (cached.prompt_token_ids(p) for p in PROMPTS)
+    longest = max(len(first), len(second))
+    start = len(os.path.commonprefix([first, second]))  # BOS: the second continues it
     shapes = _forward_lengths(cached, prompts, n)
-    assert shapes[:2] == [(1, lengths[0] - 1), (1, lengths[1] - 1)]
+    assert shapes[:2] == [(1, len(first) - 1), (1, len(second) - 1 - start)]
     assert all(shape == (len(prompts) * n, 1) for shape in shapes[2:])
     assert len(shapes) <= MAX_NEW + 2  # the prefills, then at most one forward per new token
     plain = _forward_lengths(uncached, prompts, n)
     assert plain[0] == (len(prompts) * n, longest)
     assert all(shape == (len(prompts) * n, 1) for shape in plain[1:])
+
+
+def test_prompts_that_start_alike_share_those_tokens_prefill(model_dir):
+    """Three prompts that share their first sentence (as a module's search prompts share
+    their task text): the first is prefilled whole, the others from where they part from
+    an earlier one (the third from the second, with which it shares more), and greedy
+    tokens and log-probabilities equal those of a call without the shared prefill."""
+    head = "Write a network that maps the observation to a value. "
+    prompts = [
+        head + "Use two layers.",
+        head + "Use three layers of width 64.",
+        head + "Use three layers of width 32.",
+    ]
+    cached, uncached = _backends(model_dir)
+    ids = [cached.prompt_token_ids(p) for p in prompts]
+    shapes = []
+
+    def record(module, args, kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+
+    hook = cached.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        got = cached.generate_with_logprobs(prompts, n=2, temperature=0, max_new_tokens=MAX_NEW)
+    finally:
+        hook.remove()
+    one_two = len(os.path.commonprefix(ids[:2]))
+    two_three = len(os.path.commonprefix(ids[1:]))
+    assert len(ids[0]) > one_two > len(cached.prompt_token_ids(head)) - 3
+    assert two_three > one_two
+    assert shapes[:3] == [
+        (1, len(ids[0]) - 1),
+        (1, len(ids[1]) - 1 - one_two),
+        (1, len(ids[2]) - 1 - two_three),
+    ]
+    want = uncached.generate_with_logprobs(prompts, n=2, temperature=0, max_new_tokens=MAX_NEW)
+    assert _token_ids(got) == _token_ids(want)
+    for row, reference in zip(got, want, strict=True):
+        for c, r in zip(row, reference, strict=True):
+            assert c.token_logprobs == pytest.approx(r.token_logprobs, abs=1e-5)
