@@ -12,7 +12,9 @@ prompt likewise names one change, drawn at random from the best program it shows
 - a constant: "Change `TERMINAL_BPS` (now 100.0) to a clearly different value." (module
   level ``NAME = number``, or a flax field ``width: int = 64``);
 - a reward term (a string key of the returned dict): drop it, or compute it another way;
-- a state field no shown program reads: add a term that uses it;
+- a state field no shown program reads: return one more term computed from it (asked to
+  "add a term that uses" it, the 1.5B read the field into a local variable that no
+  returned term used, twice in one run: a functional duplicate);
 - a network's activation (one it does not use), number of hidden layers, layer
   normalization, a skip connection or unequal widths.
 
@@ -215,8 +217,8 @@ def _form_hints(
             [f"Drop the term '{term}' and keep the others." for term in terms],
             [f"Compute the term '{term}' another way (other formula or inputs)." for term in terms],
             [
-                f"Add a term that uses `next_state.{name}` or `prev_state.{name}`, a field no "
-                "program above reads."
+                f"Return one more term (a new key of the returned dict) computed from "
+                f"`next_state.{name}` or `prev_state.{name}`, a field no program above reads."
                 for name in REWARD_STATE_FIELDS
                 if name not in read and name not in inert_fields
             ],

@@ -77,8 +77,9 @@ def test_each_kind_draws_from_its_own_changes():
     form = {f"Drop the term '{t}' and keep the others." for t in ("pa", "end", "pa2")}
     form |= {f"Compute the term '{t}' another way (other formula or inputs)." for t in
              ("pa", "end", "pa2")}  # fmt: skip
-    form |= {f"Add a term that uses `next_state.{f}` or `prev_state.{f}`, a field no "
-             "program above reads." for f in unread}  # fmt: skip
+    form |= {f"Return one more term (a new key of the returned dict) computed from "
+             f"`next_state.{f}` or `prev_state.{f}`, a field no program above reads."
+             for f in unread}  # fmt: skip
     assert drawn["form"] == form
     assert drawn["better"] == form | constants
     # crossover names no change; nor does a kind whose program allows none
