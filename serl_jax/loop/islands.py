@@ -174,7 +174,9 @@ class ProgramDatabase:
         best = self.best(island)
         return -math.inf if best is None else best.score
 
-    def shots(self, island: int, module: str, k: int, rng: random.Random) -> list[Program]:
+    def shots(
+        self, island: int, module: str, k: int, rng: random.Random, unlike: str | None = None
+    ) -> list[Program]:
         """Draws the programs to show in a prompt (best-shot prompting).
 
         ``min(k, available)`` distinct programs of the island's ``module`` are drawn one at
@@ -186,6 +188,9 @@ class ProgramDatabase:
             module: the slot.
             k: how many to draw (>= 0).
             rng: the source of randomness (one ``rng.random()`` per draw).
+            unlike: a program's code: the island's programs canonically equal to it
+                (:func:`~serl_jax.loop.novelty.canonical_program`) are left out, ranks
+                counted among the others.
 
         Returns:
             The drawn programs in ascending score order (best last); empty when the island
@@ -198,6 +203,9 @@ class ProgramDatabase:
         if not isinstance(k, int) or k < 0:
             raise ValueError(f"k: expected an integer >= 0, got {k!r}")
         entries = self._islands[island].get(module, [])
+        if unlike is not None:
+            twin = canonical_program(unlike)
+            entries = [e for e in entries if e.canonical != twin]
         n = len(entries)
         left = list(range(n))  # positions in ranking order; rank = n - 1 - position
         drawn = []

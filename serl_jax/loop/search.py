@@ -16,9 +16,11 @@ no island is shown the same fixed example. Each later round j:
    (FunSearch's best-shot prompt, Romera-Paredes et al. 2024); ``form`` shows the same
    and asks for another form; ``parameters`` shows the island's best and asks for other
    parameters; ``crossover`` shows one program of the island and one of another island
-   (Liu et al. 2024, "Evolution of Heuristics"). With ``search.hints`` (the default) a
-   ``better``, ``form`` or ``parameters`` prompt ends by naming one change to the best
-   program it shows, one the novelty probe can see (:func:`llm.prompts.hints.draw_hint`).
+   that differs from it (Liu et al. 2024, "Evolution of Heuristics"). With
+   ``search.hints`` (the default) a ``better``, ``form`` or ``parameters`` prompt ends by
+   naming one change to the best program it shows, one the novelty probe can see
+   (:func:`llm.prompts.hints.draw_hint`); a ``parameters`` prompt whose program has no
+   such constant asks for a change of ``form`` instead.
    A prompt whose text the run has asked already (this round included) is drawn again,
    up to :data:`REDRAWS` times (:func:`round_asks`). The other slots are the
    incumbent's (the best fully trained program), as in the outer loop.
@@ -69,6 +71,7 @@ from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.islands import Program, ProgramDatabase
 from serl_jax.loop.novelty import (
     PROBED,
+    canonical_program,
     is_copy,
     probe_constant_fields,
     probe_outputs,
@@ -216,7 +219,7 @@ class SERLSearch(SERLLoop):
 
         def draw(island: int, module: str) -> tuple[str, list[Program], str]:
             kind, shots = self._ask_kind(db, island, module, reference, rng)
-            hint = self._hint(kind, module, shots, hint_rng) if self.search.hints else None
+            kind, hint = self._kind_and_hint(kind, module, shots, hint_rng)
             text = search_prompt(
                 kind,
                 module,
@@ -255,6 +258,21 @@ class SERLSearch(SERLLoop):
                 candidates.append((len(prompts) - 1, cand))
                 idx += 1
         self._record_proposals(j, prompts, candidates)
+
+    def _kind_and_hint(
+        self, kind: str, module: str, shots: list[Program], rng: random.Random
+    ) -> tuple[str, str | None]:
+        """The prompt's kind and the change it names (None: none, or ``search.hints`` off).
+        With hints, a ``parameters`` prompt whose program has no constant the probe can see
+        asks for a change of ``form`` instead: other parameters of it could only return it
+        (the 1.5B did, in index seed 1 of 2026-11-30)."""
+        if not self.search.hints:
+            return kind, None
+        hint = self._hint(kind, module, shots, rng)
+        if hint is None and kind == "parameters":
+            kind = "form"
+            hint = self._hint(kind, module, shots, rng)
+        return kind, hint
 
     def _hint(self, kind: str, module: str, shots: list[Program], rng: random.Random) -> str | None:
         """The change a prompt names (:func:`llm.prompts.hints.draw_hint`), leaving out
@@ -296,11 +314,19 @@ class SERLSearch(SERLLoop):
             own = db.programs(island, module)
             return own[-1:]
         if kind == "crossover":
-            others = [i for i in range(db.num_islands) if i != island and db.programs(i, module)]
             own = db.shots(island, module, 1, rng)
+            # another island's program unlike the island's: crossing a program with itself
+            # (the default network under two rewards) can only return it
+            twin = canonical_program(own[0].code) if own else None
+            others = [
+                i
+                for i in range(db.num_islands)
+                if i != island
+                and any(canonical_program(p.code) != twin for p in db.programs(i, module))
+            ]
             if not others or not own:
                 return db.shots(island, module, self.search.shots, rng)
-            theirs = db.shots(rng.choice(others), module, 1, rng)
+            theirs = db.shots(rng.choice(others), module, 1, rng, unlike=own[0].code)
             return sorted(own + theirs, key=lambda p: p.score)
         return db.shots(island, module, self.search.shots, rng)
 

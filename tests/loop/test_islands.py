@@ -104,6 +104,21 @@ def test_shots_are_distinct_and_ascending():
         db.shots(0, "reward", -1, rng)
 
 
+def test_shots_unlike_a_program_leave_out_its_canonical_twins():
+    """``unlike``: programs equal to the given code up to the names they bind are never
+    drawn (a renamed local is the same program; another constant is not)."""
+    db = ProgramDatabase(num_islands=1, capacity=10)
+    db.add(0, program("same", 5.0, code=reward(2.0)))
+    db.add(0, program("other", 1.0, code=reward(3.0)))
+    rng = random.Random(0)
+    for _ in range(50):
+        assert ids(db.shots(0, "reward", 2, rng, unlike=reward(2.0, name="share"))) == ["other"]
+    assert db.shots(0, "reward", 1, rng, unlike=reward(3.0)) == [db.programs(0, "reward")[1]]
+    db2 = ProgramDatabase(num_islands=1, capacity=10)
+    db2.add(0, program("only", 1.0, code=reward(2.0)))
+    assert db2.shots(0, "reward", 3, rng, unlike=reward(2.0)) == []
+
+
 def test_shot_frequencies_follow_one_over_rank():
     n, draws = 5, 20_000
     db = ProgramDatabase(num_islands=1, capacity=n)

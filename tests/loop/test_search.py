@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -472,3 +474,67 @@ def test_hints_name_a_change_and_keep_the_draws(tmp_path):
         # the default reward's terminal term is zero on the probe, pace one value there
         assert "terminal" not in made[0] and "pace" not in made[0]
         assert "".join(line for line in lines if line not in made) == a
+
+
+NETWORK_WITHOUT_CONSTANTS = """\
+import flax.linen as nn
+
+
+class Network(nn.Module):
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.tanh(nn.Dense(64)(obs))
+        return nn.Dense(self.action_dim)(x), nn.Dense(1)(x)[..., 0]
+"""
+
+
+def test_a_crossover_pairs_programs_that_differ():
+    """A crossover shows the island's program and another island's program unlike it
+    (canonically): with the default network under two rewards on islands 0 and 1, and a
+    wider network on island 2, every crossover from island 0 draws island 2's; with only
+    twins elsewhere it falls back to the island's own programs."""
+    from serl_jax.loop.islands import Program, ProgramDatabase
+    from serl_jax.loop.search import SERLSearch
+
+    search = SimpleNamespace(search=SimpleNamespace(shots=2))
+    wide = DEFAULT_CODE["network"].replace("64", "256")
+    assert wide != DEFAULT_CODE["network"]
+    db = ProgramDatabase(num_islands=3, capacity=4)
+    db.add(0, Program("a", "network", DEFAULT_CODE["network"], 1.0))
+    db.add(1, Program("b", "network", DEFAULT_CODE["network"], 2.0))
+    db.add(2, Program("c", "network", wide, 0.5))
+    rng = random.Random(0)
+    for _ in range(20):
+        shots = SERLSearch._shots(search, db, 0, "network", "crossover", rng)
+        assert [p.candidate_id for p in shots] == ["c", "a"]  # ascending score
+    twins = ProgramDatabase(num_islands=2, capacity=4)
+    twins.add(0, Program("a", "network", DEFAULT_CODE["network"], 1.0))
+    twins.add(1, Program("b", "network", DEFAULT_CODE["network"], 2.0))
+    shots = SERLSearch._shots(search, twins, 0, "network", "crossover", rng)
+    assert [p.candidate_id for p in shots] == ["a"]
+
+
+def test_a_parameters_prompt_without_a_visible_constant_asks_for_a_form():
+    """With hints, ``parameters`` on a program without a constant (a network with no
+    field default or module constant) becomes ``form``, with a change of form named;
+    without hints nothing changes."""
+    from serl_jax.loop.islands import Program
+    from serl_jax.loop.search import SERLSearch
+
+    shots = [Program("n", "network", NETWORK_WITHOUT_CONSTANTS, 1.0)]
+    search = SimpleNamespace(search=SimpleNamespace(hints=True))
+    search._hint = lambda *args: SERLSearch._hint(search, *args)
+    kind, hint = SERLSearch._kind_and_hint(search, "parameters", "network", shots, random.Random(1))
+    assert kind == "form" and hint is not None and "Change `" not in hint
+    with_constant = [Program("d", "network", DEFAULT_CODE["network"], 1.0)]
+    kind, hint = SERLSearch._kind_and_hint(
+        search, "parameters", "network", with_constant, random.Random(1)
+    )
+    assert kind == "parameters" and hint.startswith("Change `")
+    search.search.hints = False
+    assert SERLSearch._kind_and_hint(search, "parameters", "network", shots, None) == (
+        "parameters",
+        None,
+    )
