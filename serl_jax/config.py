@@ -494,7 +494,8 @@ class SearchConfig:
         hints: each ``better``, ``form`` and ``parameters`` prompt names one concrete
             change drawn from the best program it shows (a constant, a reward term, a
             state field not read, a network layer or activation:
-            :func:`llm.prompts.hints.draw_hint`), as ELM's commit messages do; on the
+            :func:`llm.prompts.hints.draw_hint`), as ELM's commit messages do, and a
+            ``crossover`` one part of the other program to carry into it; on the
             1.5B's paired round 2 of three index runs, copies of a shown program went
             from 6 of 33 valid programs to 0 of 36 (2026-11-30).
     """

@@ -27,9 +27,14 @@ probe), the constants that feed only those terms, and the fields it names inert 
 over the probe: :func:`serl_jax.loop.novelty.probe_constant_fields`).
 
 ``parameters`` draws a constant only; ``form`` a change of form only (terms, fields,
-layers); ``better`` either. ``crossover`` names none (its task already names what to
-combine), nor do the kinds without a change to draw (a program with no constants for
-``parameters``; the imagination, profiling and communication slots for ``form``).
+layers); ``better`` either. ``crossover`` names one part of the first program shown to
+carry into the best one: a reward term the best lacks, a state field it does not read, a
+network's activation or layer normalization it does not use (asked only to "combine
+ideas of both", the 1.5B returned a shown program unchanged in 3 of its 8 valid
+crossovers over the three index runs of 2026-11-30, one of them crossing a program with
+itself). The kinds without a change to draw name none (a program with no constants for
+``parameters``; the imagination, profiling and communication slots for ``form``; a
+crossover of two programs alike in those parts).
 """
 
 from __future__ import annotations
@@ -245,6 +250,47 @@ def _form_hints(
     return []
 
 
+def _crossover_hints(
+    module: str,
+    donor: str,
+    best: str,
+    inert_terms: frozenset[str],
+    inert_fields: frozenset[str],
+) -> list[list[str]]:
+    """The parts of ``donor`` (the first program shown) that ``best`` lacks, in groups
+    drawn with equal weight; ``inert_terms`` are the donor's terms zero on the probe."""
+    if module == "reward":
+        own = set(term_names(best))
+        read = state_fields_read(best)
+        return [
+            [
+                f"Add the term '{term}' of the first program above (computed as there) and "
+                "keep the others."
+                for term in term_names(donor)
+                if term not in own and term not in inert_terms
+            ],
+            [
+                f"Return one more term computed from `next_state.{name}` or "
+                f"`prev_state.{name}`, as the first program above reads it."
+                for name in sorted(state_fields_read(donor) - read - inert_fields)
+            ],
+        ]
+    if module == "network":
+        used = set(re.findall(r"\bnn\.(\w+)", best))
+        theirs = set(re.findall(r"\bnn\.(\w+)", donor))
+        return [
+            [
+                f"Use `nn.{name}`, the activation of the first program above, in the hidden layers."
+                for name in ACTIVATIONS
+                if name in theirs and name not in used
+            ],
+            ["Add the layer normalization of the first program above (`nn.LayerNorm`)."]
+            if "LayerNorm" in theirs and "LayerNorm" not in used
+            else [],
+        ]
+    return []
+
+
 def draw_hint(
     kind: str,
     module: str,
@@ -253,13 +299,16 @@ def draw_hint(
     *,
     inert_terms: frozenset[str] = frozenset(),
     inert_fields: frozenset[str] = frozenset(),
+    donor_inert_terms: frozenset[str] = frozenset(),
 ) -> str | None:
     """The change a search prompt names, drawn at random (module docstring).
 
     A group is drawn first, each with equal weight (the constants; for a reward: dropping
     a term, reworking one, a field not read; for a network: the activation, the number of
-    layers, layer normalization, skip connections or widths), then a change within it, so
-    that a reward with many fields not read is not asked for new terms most of the time.
+    layers, layer normalization, skip connections or widths; for a crossover, the first
+    shown program's terms or fields, or its activation or layer normalization), then a
+    change within it, so that a reward with many fields not read is not asked for new
+    terms most of the time.
 
     Args:
         kind: the prompt's kind (:data:`serl_jax.config.SEARCH_PROMPT_KINDS`).
@@ -271,14 +320,18 @@ def draw_hint(
             probe: no change names them, nor a constant that feeds only them.
         inert_fields: (reward) state fields with one value over the probe: no new term
             is asked to read them.
+        donor_inert_terms: (reward, ``crossover``) the first shown program's terms that
+            are zero on the probe: none is carried into the best.
 
     Returns:
         One sentence, or None when the kind names no change or the program allows none.
     """
-    if kind == "crossover" or not shots:
+    if not shots or (kind == "crossover" and len(shots) < 2):
         return None
     best = shots[-1]
     groups = []
+    if kind == "crossover":
+        groups += _crossover_hints(module, shots[0], best, donor_inert_terms, inert_fields)
     if kind in ("better", "parameters"):
         groups.append(_constant_hints(module, best, inert_terms))
     if kind in ("better", "form"):

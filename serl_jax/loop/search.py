@@ -277,15 +277,20 @@ class SERLSearch(SERLLoop):
     def _hint(self, kind: str, module: str, shots: list[Program], rng: random.Random) -> str | None:
         """The change a prompt names (:func:`llm.prompts.hints.draw_hint`), leaving out
         what the novelty probe cannot see: a reward's terms that are zero on it (the best
-        shown program's) and the state fields with one value over it."""
+        shown program's, and for a crossover the first one's) and the state fields with
+        one value over it."""
         codes = [s.code for s in in_prompt_order(shots)]
-        inert_terms: frozenset[str] = frozenset()
-        if module == "reward":
-            outputs = self._probe(codes[-1], module)
-            inert_terms = frozenset(n for n, v in outputs.items() if not np.any(v))
+
+        def inert(code: str) -> frozenset[str]:
+            if module != "reward":
+                return frozenset()
+            return frozenset(n for n, v in self._probe(code, module).items() if not np.any(v))
+
+        donor = inert(codes[0]) if kind == "crossover" and len(codes) > 1 else frozenset()
         return draw_hint(
             kind, module, codes, rng,
-            inert_terms=inert_terms, inert_fields=probe_constant_fields(),
+            inert_terms=inert(codes[-1]), inert_fields=probe_constant_fields(),
+            donor_inert_terms=donor,
         )  # fmt: skip
 
     def _ask_kind(

@@ -82,8 +82,10 @@ def test_each_kind_draws_from_its_own_changes():
              for f in unread}  # fmt: skip
     assert drawn["form"] == form
     assert drawn["better"] == form | constants
-    # crossover names no change; nor does a kind whose program allows none
+    # a crossover of two programs alike in their terms and fields names no change; nor
+    # does a kind whose program allows none
     assert draw_hint("crossover", "reward", [REWARD, REWARD], rng) is None
+    assert draw_hint("crossover", "reward", [REWARD], rng) is None
     assert draw_hint("parameters", "reward", ["def reward(p, a, n, q):\n    return 0.0\n"],
                      rng) is None  # fmt: skip
     assert draw_hint("form", "imagination", [REWARD], rng) is None
@@ -198,3 +200,39 @@ def test_the_probe_names_the_fields_it_cannot_tell_apart():
     for name in fields:
         values = {float(v) for state in (prev, nxt) for v in getattr(state, name).ravel()}
         assert len(values) == 1
+
+
+def test_a_crossover_carries_a_part_of_the_first_program_into_the_best():
+    """The donor (shown first) has terms 'pa' (the best has it too), 'carry' (live) and
+    'flat' (inert on the probe), and reads inventory and pace (pace inert): the hints
+    carry 'carry' or inventory over, nothing else; a network donor with tanh and layer
+    normalization gives its activation only to a best that has the normalization."""
+    donor = (
+        "def reward(prev_state, action, next_state, params):\n"
+        "    held = next_state.inventory + next_state.pace\n"
+        "    return {'pa': 1.0, 'carry': 2.0 * held, 'flat': 0.0 * held}\n"
+    )
+    rng = random.Random(5)
+    drawn = {
+        draw_hint("crossover", "reward", [donor, REWARD], rng, inert_fields=frozenset({"pace"}),
+                  donor_inert_terms=frozenset({"flat"}))
+        for _ in range(300)
+    }  # fmt: skip
+    assert drawn == {
+        "Add the term 'carry' of the first program above (computed as there) and keep the others.",
+        "Return one more term computed from `next_state.inventory` or "
+        "`prev_state.inventory`, as the first program above reads it.",
+    }
+    tanh = NETWORK.replace("nn.relu", "nn.tanh")
+    drawn = {draw_hint("crossover", "network", [tanh, NETWORK], rng) for _ in range(100)}
+    assert drawn == {
+        "Use `nn.tanh`, the activation of the first program above, in the hidden layers."
+    }
+    bare = NETWORK.replace("        h = nn.LayerNorm()(h)\n", "")
+    drawn = {draw_hint("crossover", "network", [tanh, bare], rng) for _ in range(200)}
+    assert drawn == {
+        "Use `nn.tanh`, the activation of the first program above, in the hidden layers.",
+        "Add the layer normalization of the first program above (`nn.LayerNorm`).",
+    }
+    # nothing the donor has that the best lacks: no change
+    assert draw_hint("crossover", "network", [bare, NETWORK], rng) is None

@@ -538,3 +538,34 @@ def test_a_parameters_prompt_without_a_visible_constant_asks_for_a_form():
         "parameters",
         None,
     )
+
+
+def test_a_crossover_hint_leaves_out_the_first_programs_inert_terms():
+    """With hints, a reward crossover names a part of the first shown program to carry
+    into the best: its live term 'carry', never 'flat', which is zero on the novelty
+    probe (so carrying it would make a functional duplicate)."""
+    from serl_jax.loop.islands import Program
+    from serl_jax.loop.novelty import probe_outputs
+    from serl_jax.loop.search import SERLSearch
+
+    donor = (
+        "import jax.numpy as jnp\n\n\n"
+        "def reward(prev_state, action, next_state, params):\n"
+        "    held = next_state.inventory / jnp.maximum(next_state.quantity, 1.0)\n"
+        "    return {'carry': -held, 'flat': 0.0 * held}\n"
+    )
+    shots = [
+        Program("d", "reward", donor, -9.0),
+        Program("b", "reward", DEFAULT_CODE["reward"], 1.0),
+    ]
+    assert not probe_outputs(donor, "reward")["flat"].any()
+    search = SimpleNamespace(search=SimpleNamespace(hints=True))
+    search._probe = probe_outputs
+    search._hint = lambda *args: SERLSearch._hint(search, *args)
+    rng = random.Random(2)
+    hints = [
+        SERLSearch._kind_and_hint(search, "crossover", "reward", shots, rng) for _ in range(40)
+    ]
+    assert {kind for kind, _ in hints} == {"crossover"}
+    assert any("'carry'" in hint for _, hint in hints)
+    assert not any("'flat'" in hint for _, hint in hints)
