@@ -12,9 +12,10 @@ prompt likewise names one change, drawn at random from the best program it shows
 - a constant: "Change `TERMINAL_BPS` (now 100.0) to a clearly different value." (module
   level ``NAME = number``, or a flax field ``width: int = 64``);
 - a reward term (a string key of the returned dict): drop it, or compute it another way;
-- a state field no shown program reads: return one more term computed from it (asked to
-  "add a term that uses" it, the 1.5B read the field into a local variable that no
-  returned term used, twice in one run: a functional duplicate);
+- a state field no shown program reads: return one more term, in bps, computed from it,
+  named with its description and unit (asked to "add a term that uses" it, the 1.5B read
+  the field into a local variable that no returned term used, twice in one run: a
+  functional duplicate);
 - a network's activation (one it does not use), number of hidden layers, layer
   normalization, a skip connection or unequal widths.
 
@@ -44,7 +45,9 @@ import random
 import re
 from collections.abc import Sequence
 
+from llm.prompts.macro import field_docs
 from llm.prompts.micro import REWARD_STATE_FIELDS
+from serl_jax.envs.execution import EnvState
 
 __all__ = [
     "ACTIVATIONS",
@@ -192,6 +195,13 @@ def constants_by_term(code: str) -> dict[str, set[str]]:
     return terms
 
 
+def _field_doc(name: str) -> str:
+    """An ``EnvState`` field's description and unit, as its docstring gives them: asked
+    for a term on ``notional`` without it, the 1.5B added the currency sum to bps terms
+    (index seed 0, 2026-11-30: rejected, 9e+09 in one step)."""
+    return field_docs(EnvState)[name].rstrip(".")
+
+
 def _constant_hints(module: str, code: str, inert_terms: frozenset[str]) -> list[str]:
     """One change per constant, but (reward) a constant that feeds only inert terms."""
     skip: set[str] = set()
@@ -222,8 +232,9 @@ def _form_hints(
             [f"Drop the term '{term}' and keep the others." for term in terms],
             [f"Compute the term '{term}' another way (other formula or inputs)." for term in terms],
             [
-                f"Return one more term (a new key of the returned dict) computed from "
-                f"`next_state.{name}` or `prev_state.{name}`, a field no program above reads."
+                f"Return one more term (a new key of the returned dict, in bps) computed from "
+                f"`next_state.{name}` or `prev_state.{name}` ({_field_doc(name)}), a field "
+                "no program above reads."
                 for name in REWARD_STATE_FIELDS
                 if name not in read and name not in inert_fields
             ],

@@ -15,7 +15,9 @@ from llm.prompts.hints import (
     state_fields_read,
     term_names,
 )
+from llm.prompts.macro import field_docs
 from llm.prompts.micro import REWARD_STATE_FIELDS
+from serl_jax.envs.execution import EnvState
 from serl_jax.loop.islands import Program
 
 REWARD = """\
@@ -77,8 +79,10 @@ def test_each_kind_draws_from_its_own_changes():
     form = {f"Drop the term '{t}' and keep the others." for t in ("pa", "end", "pa2")}
     form |= {f"Compute the term '{t}' another way (other formula or inputs)." for t in
              ("pa", "end", "pa2")}  # fmt: skip
-    form |= {f"Return one more term (a new key of the returned dict) computed from "
-             f"`next_state.{f}` or `prev_state.{f}`, a field no program above reads."
+    docs = field_docs(EnvState)
+    form |= {f"Return one more term (a new key of the returned dict, in bps) computed from "
+             f"`next_state.{f}` or `prev_state.{f}` ({docs[f].rstrip('.')}), a field no "
+             "program above reads."
              for f in unread}  # fmt: skip
     assert drawn["form"] == form
     assert drawn["better"] == form | constants
@@ -101,6 +105,18 @@ def test_the_change_comes_from_the_best_program_and_fields_from_all_shown():
     assert not any("'x'" in h for h in drawn)
     assert not any("`next_state.pace`" in h for h in drawn)
     assert any("'pa2'" in h for h in drawn)
+
+
+def test_a_new_field_is_named_with_its_unit():
+    """The 1.5B added `notional` (a currency sum) to bps terms when the hint did not say
+    what it holds."""
+    rng = random.Random(6)
+    drawn = {draw_hint("form", "reward", [REWARD], rng) for _ in range(400)}
+    assert (
+        "Return one more term (a new key of the returned dict, in bps) computed from "
+        "`next_state.notional` or `prev_state.notional` (sum of q * p_exec over the child "
+        "fills so far, currency), a field no program above reads."
+    ) in drawn
 
 
 def test_groups_weigh_equally_not_their_changes():
