@@ -41,6 +41,7 @@ crossover of two programs alike in those parts).
 from __future__ import annotations
 
 import ast
+import functools
 import random
 import re
 from collections.abc import Sequence
@@ -195,11 +196,18 @@ def constants_by_term(code: str) -> dict[str, set[str]]:
     return terms
 
 
+@functools.cache
 def _field_doc(name: str) -> str:
     """An ``EnvState`` field's description and unit, as its docstring gives them: asked
     for a term on ``notional`` without it, the 1.5B added the currency sum to bps terms
-    (index seed 0, 2026-11-30: rejected, 9e+09 in one step)."""
+    (index seed 0, 2026-11-30: rejected, 9e+09 in one step). Cached: the docstring is
+    parsed once per field, not once per hint drawn."""
     return field_docs(EnvState)[name].rstrip(".")
+
+
+def _flax_names(code: str) -> set[str]:
+    """The ``nn.<name>`` attributes a network program uses (activations, layers)."""
+    return set(re.findall(r"\bnn\.(\w+)", code))
 
 
 def _constant_hints(module: str, code: str, inert_terms: frozenset[str]) -> list[str]:
@@ -240,7 +248,7 @@ def _form_hints(
             ],
         ]
     if module == "network":
-        used = set(re.findall(r"\bnn\.(\w+)", code))
+        used = _flax_names(code)
         return [
             [
                 f"Use `nn.{name}` as the activation of the hidden layers."
@@ -287,8 +295,8 @@ def _crossover_hints(
             ],
         ]
     if module == "network":
-        used = set(re.findall(r"\bnn\.(\w+)", best))
-        theirs = set(re.findall(r"\bnn\.(\w+)", donor))
+        used = _flax_names(best)
+        theirs = _flax_names(donor)
         return [
             [
                 f"Use `nn.{name}`, the activation of the first program above, in the hidden layers."
