@@ -58,6 +58,9 @@ Usage::
     python benchmarks/bench_hf_throughput.py --model qwen2.5-coder-1.5b --threads 2 \\
         --dtype float32 --round runs/search-ac/ac-hf-qwen2.5-coder-1.5b-s2:2 --repeats 1 \\
         --max-new-tokens 160 --fixed-length
+
+``--quantize int8`` loads the model with int8 linear layers (``HFBackend(quantize=)``);
+run the same command without it for the float32 reference.
 """
 
 from __future__ import annotations
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export-architecture", type=Path, help="write --model's config + tokenizer")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--quantize", default="none", help="none or int8 (HFBackend(quantize=))")
     p.add_argument("--threads", type=int, default=0, help="PyTorch CPU threads (0: default)")
     p.add_argument("--batch", default="1,4,8", help="completions per generate call")
     p.add_argument("--max-new-tokens", type=int, default=640)
@@ -196,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.architecture:
             init = "cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"
             source = str(random_model_folder(args.architecture, args.dtype, Path(tmp), init))
-        backend = HFBackend(source, device=args.device, dtype=args.dtype, threads=args.threads)
+        backend = HFBackend(
+            source, device=args.device, dtype=args.dtype, quantize=args.quantize,
+            threads=args.threads,
+        )  # fmt: skip
         load_s = time.perf_counter() - t0
         params = sum(p.numel() for p in backend.model.parameters())
         device = backend.device
@@ -206,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {name or platform.machine()}, {os.cpu_count()} CPU cores")
         print(f"torch:   {torch.__version__}, device {device}, threads {torch.get_num_threads()}")
         print(f"model:   {args.model or args.architecture} ({weights}), {params / 1e9:.2f} B "
-              f"parameters, {args.dtype}; loaded in {load_s:.1f} s")  # fmt: skip
+              f"parameters, {args.dtype}, quantize {args.quantize}; "
+              f"loaded in {load_s:.1f} s")  # fmt: skip
         backend.stop_after_code = not args.fixed_length
         lengths = [len(backend.prompt_token_ids(x)) for x in dict.fromkeys(prompts)]
         what = f"round {args.round}'s {len(prompts)}" if args.round else f"the {args.module}"

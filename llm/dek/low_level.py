@@ -461,14 +461,20 @@ class LowLevelDEK:
         num_updates: updates done (restored by :meth:`load`).
 
     Raises:
-        ValueError: the backend's model already has an adapter, or no target modules fit
-            (:func:`default_target_modules`), or a target module name matches nothing.
+        ValueError: the backend's model already has an adapter or is quantized, or no
+            target modules fit (:func:`default_target_modules`), or a target module name
+            matches nothing.
     """
 
     def __init__(self, backend: HFBackend, config: LoRAConfig | None = None) -> None:
         config = LoRAConfig() if config is None else config
         if isinstance(backend.model, peft.PeftModel):
             raise ValueError("the backend's model already has a LoRA adapter")
+        if getattr(backend, "quantize", "none") != "none":
+            raise ValueError(
+                f"LoRA trains float weights; the backend's model is quantized "
+                f"({backend.quantize}); load it with quantize='none' (loop.hf_quantize=none)"
+            )
         targets = config.target_modules or default_target_modules(backend.model)
         linear = _linear_leaf_names(backend.model)
         lora = peft.LoraConfig(

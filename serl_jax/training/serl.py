@@ -47,7 +47,10 @@ def backend_options(cfg: Config, n_candidates: int) -> dict[str, Any]:
         return {"model": cfg.loop.model}
     if kind == "hf":
         loop = cfg.loop
-        return {"device": loop.hf_device, "dtype": loop.hf_dtype, "threads": loop.hf_threads}
+        return {
+            "device": loop.hf_device, "dtype": loop.hf_dtype,
+            "quantize": loop.hf_quantize, "threads": loop.hf_threads,
+        }  # fmt: skip
     return {}
 
 

@@ -229,6 +229,14 @@ def test_a_model_that_cannot_checkpoint_is_a_one_line_error(backend):
     assert dek.update(PAIR).steps == 1
 
 
+def test_a_quantized_model_is_a_one_line_error(tiny_lm_dir):
+    pytest.importorskip("torchao")
+    quantized = make_backend(f"hf:{tiny_lm_dir}", dtype="float32", quantize="int8")
+    with pytest.raises(ValueError, match="quantize='none'") as info:
+        LowLevelDEK(quantized, SGD)
+    assert "\n" not in str(info.value)
+
+
 def test_save_load_roundtrip(backend, tmp_path):
     config = LoRAConfig(rank=4, lr=1e-2, baseline="ema")
     dek = LowLevelDEK(backend, config)

@@ -396,6 +396,58 @@ def test_a_lora_wrapped_model_gets_gradients(model_dirs):
     assert grads and all(float(g.abs().sum()) > 0 for g in grads)  # B starts at 0, A's grad is 0
 
 
+def next_token_logprobs(backend: HFBackend, prompt: str, ids) -> torch.Tensor:
+    """log-softmax of the next-token logits at each of ``ids`` after ``prompt``, one plain
+    forward pass, shape (len(ids), vocabulary)."""
+    context = backend.prompt_token_ids(prompt)
+    with torch.no_grad():
+        logits = backend.model(input_ids=torch.tensor([context + list(ids)])).logits[0]
+    return torch.log_softmax(logits.float(), dim=-1)[len(context) - 1 : -1]
+
+
+def test_int8_quantization_is_the_float_model_within_rounding(model_dirs):
+    """``quantize="int8"``: every linear weight becomes int8 (one scale per output
+    channel); teacher-forced on float32's greedy tokens, the next-token log-probabilities
+    stay within the rounding of float32's and the top token is float32's wherever
+    float32's lead exceeds twice that rounding; the reported log-probabilities are those
+    of the quantized model's own forward pass."""
+    pytest.importorskip("torchao")
+    folder = str(model_dirs["plain"])
+    exact = HFBackend(folder, dtype="float32")
+    int8 = HFBackend(folder, dtype="float32", quantize="int8")
+    assert exact.quantize == "none" and int8.quantize == "int8"
+    linear = [m for m in int8.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linear) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer; the LM head
+    assert all(m.weight.qdata.dtype == torch.int8 for m in linear)
+    assert not any(hasattr(m.weight, "qdata") for m in exact.model.modules()
+                   if isinstance(m, torch.nn.Linear))  # fmt: skip
+    for prompt in PROMPTS:
+        [[greedy]] = exact.generate_with_logprobs([prompt], temperature=0, max_new_tokens=20)
+        want = next_token_logprobs(exact, prompt, greedy.token_ids)
+        got = next_token_logprobs(int8, prompt, greedy.token_ids)
+        rounding = (got - want).abs().max()
+        assert 1e-4 < rounding < 0.25  # quantized, not the same numbers; close (nats)
+        top2 = want.topk(2, dim=-1).values
+        clear = top2[:, 0] - top2[:, 1] > 2 * rounding
+        assert clear.sum() >= len(clear) // 4  # the comparison below is not vacuous
+        assert torch.equal(got.argmax(-1)[clear], want.argmax(-1)[clear])
+        [[sampled]] = int8.generate_with_logprobs([prompt], temperature=0, max_new_tokens=20)
+        # The reported log-probabilities are the quantized model's: nearer its forward pass
+        # than float32's (a one-row decoding step and a whole-sequence forward may round
+        # an activation to a neighbouring int8 level, so they need not be equal).
+        reported = torch.tensor(sampled.token_logprobs)
+        own = (recomputed_logprobs(int8, prompt, sampled.token_ids) - reported).abs().mean()
+        other = (recomputed_logprobs(exact, prompt, sampled.token_ids) - reported).abs().mean()
+        assert own < other / 2
+
+
+def test_int8_without_torchao_is_a_one_line_error(model_dirs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # import fails
+    with pytest.raises(BackendError, match="needs torchao") as info:
+        HFBackend(str(model_dirs["plain"]), quantize="int8")
+    assert "\n" not in str(info.value)
+
+
 def test_argument_checks(plain):
     with pytest.raises(TypeError):
         plain.generate_with_logprobs("one prompt")
@@ -410,6 +462,7 @@ def test_argument_checks(plain):
         ("hf:/no/such/model/folder", {}, "/no/such/model/folder"),
         ("hf:no-such-org/no-such-model", {}, "no-such-org/no-such-model"),
         ("hf:{plain}", {"dtype": "int8"}, "int8"),
+        ("hf:{plain}", {"quantize": "int4"}, "int4"),
         ("hf:{plain}", {"temperature": 1.0}, "temperature"),
         ("hf:{plain}", {"device": "nosuchdevice"}, "nosuchdevice"),
     ],
@@ -461,19 +514,24 @@ def test_auto_device_threads_and_token_counts(model_dirs):
         HFBackend(str(model_dirs["plain"]), threads=-1)
 
 
-def test_the_run_config_sets_the_hf_designers_device_dtype_and_threads():
+def test_the_run_config_sets_the_hf_designers_device_dtype_quantization_and_threads():
     from serl_jax.config import ConfigError, load_config
     from serl_jax.training.serl import backend_options
 
     cfg = load_config(None, ["loop.llm=hf:qwen2.5-coder-1.5b", "loop.hf_threads=1"])
-    assert backend_options(cfg, 0) == {"device": "auto", "dtype": "bfloat16", "threads": 1}
+    want = {"device": "auto", "dtype": "bfloat16", "quantize": "none", "threads": 1}
+    assert backend_options(cfg, 0) == want
+    cfg = load_config(None, ["loop.llm=hf:qwen2.5-coder-1.5b", "loop.hf_quantize=int8"])
+    assert backend_options(cfg, 0)["quantize"] == "int8"
     for bad, needle in (
         ("loop.hf_dtype=int8", "loop.hf_dtype"),
+        ("loop.hf_quantize=int4", "loop.hf_quantize"),
         ("loop.hf_device=tpu", "loop.hf_device"),
         ("loop.hf_threads=-1", "loop.hf_threads"),
+        ("loop.hf_quantize=int8 dek.level=low", "dek.level=low"),  # LoRA trains floats
     ):
         with pytest.raises(ConfigError, match=needle):
-            load_config(None, [bad])
+            load_config(None, bad.split())
 
 
 def test_importing_backends_does_not_import_torch():
