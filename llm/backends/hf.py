@@ -200,7 +200,7 @@ def _quantize_int8(model: torch.nn.Module) -> None:
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
     except ImportError:
         raise BackendError(
-            "hf backend: quantize='int8' needs torchao (pip install -e '.[llm]')"
+            "hf backend: quantize='int8' needs torchao (pip install -e '.[llm,int8]')"
         ) from None
     finally:
         for logger, level in zip(loggers, levels, strict=True):
