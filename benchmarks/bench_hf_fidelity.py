@@ -28,37 +28,28 @@ import gc
 import os
 import platform
 import time
-from pathlib import Path
 
 # The run store is read with the package's own code, which touches JAX; on an
 # accelerator host JAX must not take the GPU memory the language model needs.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import torch  # noqa: E402
+from bench_hf_throughput import design_rows  # noqa: E402
 
 from llm.backends.hf import HFBackend  # noqa: E402
 
 
 def round_pairs(spec: str, every: int) -> list[tuple[str, str]]:
-    """``(prompt, first answer)`` of every ``every``-th design prompt that the run store at
-    ``RUN_DIR`` recorded for iteration ``J`` (``spec``: ``RUN_DIR:J``).
+    """``(prompt, first answer)`` of every ``every``-th answered design prompt of
+    :func:`bench_hf_throughput.design_rows` (``spec``: ``RUN_DIR:J``).
 
     Raises:
         SystemExit: ``spec`` is not ``RUN_DIR:J`` or the run has no answered design prompt
             at J.
     """
-    from serl_jax.loop import RunStore
-
-    folder, _, j = spec.rpartition(":")
-    if not folder or not j.isdigit():
-        raise SystemExit(f"--round: expected RUN_DIR:J (J an iteration), got {spec!r}")
-    store = RunStore.open(Path(folder))
-    try:
-        rows = [r for r in store.prompts(int(j)) if r["purpose"] == "design" and r["completions"]]
-    finally:
-        store.close()
+    rows = [r for r in design_rows(spec) if r["completions"]]
     if not rows:
-        raise SystemExit(f"--round: {folder} has no answered design prompt at iteration {j}")
+        raise SystemExit(f"--round: {spec} has no answered design prompt")
     return [(r["prompt"], r["completions"][0]) for r in rows[::every]]
 
 

@@ -357,9 +357,10 @@ def time_prefill(
     return sum(int(b["attention_mask"].sum()) - len(b["input_ids"]) for b in batches), best
 
 
-def round_prompts(spec: str) -> list[str]:
-    """The design prompts (``purpose`` design, in the order asked) that the run store at
-    ``RUN_DIR`` recorded for iteration ``J`` (``spec``: ``RUN_DIR:J``).
+def design_rows(spec: str) -> list[dict]:
+    """The design prompt rows (:meth:`serl_jax.loop.RunStore.prompts`, purpose design, in
+    the order asked) that the run store at ``RUN_DIR`` recorded for iteration ``J``
+    (``spec``: ``RUN_DIR:J``).
 
     Raises:
         SystemExit: ``spec`` is not ``RUN_DIR:J`` or the run has no design prompt at J.
@@ -371,12 +372,17 @@ def round_prompts(spec: str) -> list[str]:
         raise SystemExit(f"--round: expected RUN_DIR:J (J an iteration), got {spec!r}")
     store = RunStore.open(Path(folder))
     try:
-        prompts = [r["prompt"] for r in store.prompts(int(j)) if r["purpose"] == "design"]
+        rows = [r for r in store.prompts(int(j)) if r["purpose"] == "design"]
     finally:
         store.close()
-    if not prompts:
+    if not rows:
         raise SystemExit(f"--round: {folder} has no design prompt at iteration {j}")
-    return prompts
+    return rows
+
+
+def round_prompts(spec: str) -> list[str]:
+    """The prompts of :func:`design_rows`."""
+    return [r["prompt"] for r in design_rows(spec)]
 
 
 def time_lora_update(backend: HFBackend, prompt: str, completions: list) -> None:

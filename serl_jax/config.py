@@ -268,8 +268,8 @@ class LoopConfig:
             ``float32``, ``float16`` or ``auto`` (the checkpoint's; a GGUF file
             dequantizes to float32).
         hf_quantize: ``none`` or ``int8``: the ``hf:`` designer's linear layers in int8
-            with inputs quantized per token (torchao; 2.0x faster decoding of the 1.5B
-            than float32 on a 2-core Xeon, :class:`llm.backends.hf.HFBackend`); not with
+            with inputs quantized per token (torchao; a search round of the 1.5B 1.75x
+            faster than float32 on a 2-core Xeon, :class:`llm.backends.hf.HFBackend`); not with
             the low-level DEK (``dek.level`` low or both), whose LoRA trains float weights.
         hf_threads: PyTorch CPU threads of the ``hf:`` designer (0: PyTorch's default).
         market: the dataset the loop designs for (``sample:<name>`` or a path).

@@ -176,7 +176,7 @@ def cpu_has_bfloat16() -> bool:
     return any(check() for check in checks)
 
 
-#: Weight quantizations of :class:`HFBackend` (``quantize``), with torchao's config for each.
+#: Weight quantizations of :class:`HFBackend` (``quantize``).
 QUANTIZATIONS = ("none", "int8")
 
 
@@ -184,8 +184,9 @@ def _quantize_int8(model: torch.nn.Module) -> None:
     """Replaces every ``nn.Linear`` weight of ``model`` (in place) by int8 with one scale
     per output channel, its inputs quantized to int8 per token at each call (torchao's
     ``Int8DynamicActivationInt8WeightConfig``), so the products run as int8 matrix
-    multiplies. On a 2-core Xeon without bfloat16 instructions the 1.5B designer decoded
-    2.0x faster than in float32 (``benchmarks/results/2026-12-01-hf-int8-cpu.md``).
+    multiplies. On a 2-core Xeon without bfloat16 instructions a search round's call of
+    the 1.5B designer ran 1.75x faster than in float32, decoding 1.87x
+    (``benchmarks/results/2026-12-01-hf-int8-cpu.md``).
 
     Raises:
         BackendError: torchao is not installed.
@@ -262,8 +263,8 @@ class HFBackend(Backend):
             bfloat16 instructions warns (:func:`cpu_has_bfloat16`).
         quantize: ``"none"`` (the default) or ``"int8"``: every linear layer's weights
             in int8 and its inputs quantized per token at each call (the layers' outputs
-            stay in ``dtype``; torchao, :func:`_quantize_int8`): 2.0x faster decoding of the
-            1.5B in float32 on a 2-core CPU, its log-probabilities those of the quantized
+            stay in ``dtype``; torchao, :func:`_quantize_int8`): a search round of the 1.5B
+            1.75x faster than float32 on a 2-core CPU, its log-probabilities those of the quantized
             model. Sampling only: LoRA (the low-level DEK) trains unquantized weights.
         local_files_only: never download (the default); ``False`` lets transformers fetch
             a Hub id that is not cached.

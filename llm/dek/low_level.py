@@ -470,7 +470,7 @@ class LowLevelDEK:
         config = LoRAConfig() if config is None else config
         if isinstance(backend.model, peft.PeftModel):
             raise ValueError("the backend's model already has a LoRA adapter")
-        if getattr(backend, "quantize", "none") != "none":
+        if backend.quantize != "none":
             raise ValueError(
                 f"LoRA trains float weights; the backend's model is quantized "
                 f"({backend.quantize}); load it with quantize='none' (loop.hf_quantize=none)"
