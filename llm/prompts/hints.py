@@ -27,6 +27,16 @@ steps). So :func:`draw_hint` leaves out the terms the caller names inert (zero o
 probe), the constants that feed only those terms, and the fields it names inert (one value
 over the probe: :func:`serl_jax.loop.novelty.probe_constant_fields`).
 
+A change named once does not tell the model what the run has tried: two of the 9
+duplicates of the 1.5B's int8 index runs of 2026-12-01 answered a change the run had
+asked of the same program before, or set a constant to a value a program had (a layer
+normalization added to the default network in two rounds; a ``LOSS_AVERSION`` of 0.7 set
+back to the 0.5 of the library program it came from). So the caller may pass the
+changes asked of the same program already (``asked``: none is named again) and the values
+the run has given each constant (``tried``), which a constant's change names: "Change
+`depth` (now 2) to a clearly different value, not 3 (tried already)." (a sentence asked
+again only once the run has tried a new value).
+
 ``parameters`` draws a constant only; ``form`` a change of form only (terms, fields,
 layers); ``better`` either. ``crossover`` names one part of the first program shown to
 carry into the best one: a reward term the best lacks, a state field it does not read, a
@@ -44,7 +54,7 @@ import ast
 import functools
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from llm.prompts.macro import field_docs
 from llm.prompts.micro import REWARD_STATE_FIELDS
@@ -57,6 +67,7 @@ __all__ = [
     "program_constants",
     "state_fields_read",
     "term_names",
+    "values_tried",
 ]
 
 #: The flax activations a network hint may name (``nn.<name>``).
@@ -210,18 +221,54 @@ def _flax_names(code: str) -> set[str]:
     return set(re.findall(r"\bnn\.(\w+)", code))
 
 
-def _constant_hints(module: str, code: str, inert_terms: frozenset[str]) -> list[str]:
-    """One change per constant, but (reward) a constant that feeds only inert terms."""
+MAX_TRIED = 6
+"""Values tried already that a constant's change names at most (the nearest to its
+current value)."""
+
+
+def _others_tried(value: str, tried: Collection[str]) -> list[str]:
+    """The values of ``tried`` other than ``value`` (numerically), the :data:`MAX_TRIED`
+    nearest to it, in ascending order, each once."""
+    now = float(value)
+    others = {float(v): v for v in sorted(tried, key=float) if float(v) != now}
+    nearest = sorted(others, key=lambda v: (abs(v - now), v))[:MAX_TRIED]
+    return [others[v] for v in sorted(nearest)]
+
+
+def _constant_hints(
+    module: str, code: str, inert_terms: frozenset[str], tried: Mapping[str, Collection[str]]
+) -> list[str]:
+    """One change per constant, but (reward) a constant that feeds only inert terms; each
+    names the other values ``tried`` holds for it."""
     skip: set[str] = set()
     if module == "reward" and inert_terms:
         by_term = constants_by_term(code)
         live = set().union(*(c for t, c in by_term.items() if t not in inert_terms))
         skip = set().union(*by_term.values()) - live
-    return [
-        f"Change `{name}` (now {value}) to a clearly different value."
-        for name, value in program_constants(code)
-        if name not in skip
-    ]
+    hints = []
+    for name, value in program_constants(code):
+        if name in skip:
+            continue
+        others = _others_tried(value, tried.get(name, ()))
+        hint = f"Change `{name}` (now {value}) to a clearly different value"
+        hints.append(f"{hint}, not {', '.join(others)} (tried already)." if others else f"{hint}.")
+    return hints
+
+
+def values_tried(codes: Iterable[str]) -> dict[str, set[str]]:
+    """The values programs give their named constants (:func:`program_constants`).
+
+    Args:
+        codes: Python sources (the run's programs of one module).
+
+    Returns:
+        ``{name: {value as written, ...}}``; a program that does not parse adds nothing.
+    """
+    tried: dict[str, set[str]] = {}
+    for code in codes:
+        for name, value in program_constants(code):
+            tried.setdefault(name, set()).add(value)
+    return tried
 
 
 def _form_hints(
@@ -319,6 +366,8 @@ def draw_hint(
     inert_terms: frozenset[str] = frozenset(),
     inert_fields: frozenset[str] = frozenset(),
     donor_inert_terms: frozenset[str] = frozenset(),
+    asked: Collection[str] = frozenset(),
+    tried: Mapping[str, Collection[str]] | None = None,
 ) -> str | None:
     """The change a search prompt names, drawn at random (module docstring).
 
@@ -341,6 +390,12 @@ def draw_hint(
             is asked to read them.
         donor_inert_terms: (reward, ``crossover``) the first shown program's terms that
             are zero on the probe: none is carried into the best.
+        asked: changes named already to a program equal to the best (sentences as
+            returned): none is drawn again (a constant's sentence changes with the values
+            tried).
+        tried: values the run's programs of the module give each named constant
+            (:func:`values_tried`): a constant's change names the others than the
+            best's, the :data:`MAX_TRIED` nearest to it.
 
     Returns:
         One sentence, or None when the kind names no change or the program allows none.
@@ -352,8 +407,9 @@ def draw_hint(
     if kind == "crossover":
         groups += _crossover_hints(module, shots[0], best, donor_inert_terms, inert_fields)
     if kind in ("better", "parameters"):
-        groups.append(_constant_hints(module, best, inert_terms))
+        groups.append(_constant_hints(module, best, inert_terms, tried or {}))
     if kind in ("better", "form"):
         groups += _form_hints(module, best, shots, inert_terms, inert_fields)
+    groups = [[h for h in g if h not in asked] for g in groups]
     groups = [g for g in groups if g]
     return rng.choice(rng.choice(groups)) if groups else None

@@ -43,6 +43,7 @@ The score label is written verbatim (``shortfall``, ``PA`` or ``mean-variance``,
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -50,7 +51,12 @@ from llm.prompts.builder import _ANSWER_FORMAT, _contract, compact_head
 from llm.prompts.micro import CODE_RULES, MICRO_PROMPTS
 from serl_jax.config import PROMPT_STYLES, SEARCH_PROMPT_KINDS, ImagineConfig, MarlConfig
 
-__all__ = ["SEARCH_PROMPT_KINDS", "Shot", "in_prompt_order", "search_prompt"]
+__all__ = ["SEARCH_PROMPT_KINDS", "Shot", "in_prompt_order", "named_change", "search_prompt"]
+
+_CHANGE = "Make this change to candidate {best} (the last program above): {hint}"
+_CHANGE_LINE = re.compile(
+    r"^Make this change to candidate (\S+) \(the last program above\): (.+)$", re.M
+)
 
 
 class Shot(Protocol):
@@ -171,6 +177,21 @@ def search_prompt(
     task = f"{_instruction(kind, score_label)}\n{_ANSWER_FORMAT[module]}"
     if hint:  # last, naming the program it changes: the 1.5B copied the first one shown
         best = in_prompt_order(shots)[-1].candidate_id
-        task += f"\nMake this change to candidate {best} (the last program above): {hint}"
+        task += "\n" + _CHANGE.format(best=best, hint=hint)
     parts += ["\n".join(shown), f"SEARCH: {kind}", f"## Task\n{task}"]
     return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def named_change(prompt: str) -> tuple[str, str] | None:
+    """The change a search prompt names, read back from its text (:func:`search_prompt`'s
+    last line with a ``hint``).
+
+    Args:
+        prompt: a prompt's text.
+
+    Returns:
+        ``(candidate id, hint)``: the program it changes and the sentence; None when the
+        prompt names no change.
+    """
+    found = _CHANGE_LINE.search(prompt)
+    return None if found is None else (found.group(1), found.group(2))

@@ -20,7 +20,9 @@ no island is shown the same fixed example. Each later round j:
    ``search.hints`` (the default) a ``better``, ``form`` or ``parameters`` prompt ends by
    naming one change to the best program it shows, one the novelty probe can see
    (:func:`llm.prompts.hints.draw_hint`); a ``parameters`` prompt whose program has no
-   such constant asks for a change of ``form`` instead.
+   such constant asks for a change of ``form`` instead. A change the run has named
+   already to the same program (same canonical code, this round included) is not named
+   again, and a constant's change names the values the run's programs have given it.
    A prompt whose text the run has asked already (this round included) is drawn again,
    up to :data:`REDRAWS` times (:func:`round_asks`). The other slots are the
    incumbent's (the best fully trained program), as in the outer loop.
@@ -55,7 +57,7 @@ import contextlib
 import copy
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,14 +65,15 @@ import numpy as np
 from llm.designs import library
 from llm.parsing import program_text
 from llm.prompts import repeat_prompt, search_prompt
-from llm.prompts.hints import draw_hint
-from llm.prompts.search import in_prompt_order
+from llm.prompts.hints import draw_hint, values_tried
+from llm.prompts.search import in_prompt_order, named_change
 from serl_jax.config import SEARCH_PROMPT_KINDS
 from serl_jax.loop.cascade import budget_left, promoted
 from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.islands import Program, ProgramDatabase
 from serl_jax.loop.novelty import (
     PROBED,
+    VALID,
     canonical_program,
     is_copy,
     probe_constant_fields,
@@ -217,9 +220,17 @@ class SERLSearch(SERLLoop):
         incumbent = self.best()
         reference = next(c for c in self.store.candidates(0) if c.id == REFERENCE_ID)
 
+        changes, tried = self._changes_asked(), self._values_tried()
+
         def draw(island: int, module: str) -> tuple[str, list[Program], str]:
             kind, shots = self._ask_kind(db, island, module, reference, rng)
-            kind, hint = self._kind_and_hint(kind, module, shots, hint_rng)
+            key = (module, canonical_program(in_prompt_order(shots)[-1].code))
+            asked_of = changes.setdefault(key, set())
+            kind, hint = self._kind_and_hint(
+                kind, module, shots, hint_rng, asked=asked_of, tried=tried.get(module)
+            )
+            if hint is not None:
+                asked_of.add(hint)
             text = search_prompt(
                 kind,
                 module,
@@ -259,26 +270,61 @@ class SERLSearch(SERLLoop):
                 idx += 1
         self._record_proposals(j, prompts, candidates)
 
+    def _changes_asked(self) -> dict[tuple[str, str], set[str]]:
+        """The changes the run's prompts have named, by the program they change:
+        ``{(module, canonical program): {hint, ...}}``
+        (:func:`llm.prompts.search.named_change`)."""
+        by_id = {c.id: c for c in self.store.candidates()}
+        changes: dict[tuple[str, str], set[str]] = {}
+        for row in self.store.prompts():
+            named = named_change(row["prompt"])
+            if named is None or named[0] not in by_id:
+                continue
+            code = by_id[named[0]].slot_code(row["module"])
+            changes.setdefault((row["module"], canonical_program(code)), set()).add(named[1])
+        return changes
+
+    def _values_tried(self) -> dict[str, dict[str, set[str]]]:
+        """The values the run's valid programs give their named constants, by module
+        (:func:`llm.prompts.hints.values_tried`)."""
+        valid = [c for c in self.store.candidates() if c.status in VALID]
+        return {m: values_tried(c.slot_code(m) for c in valid) for m in self.loop.modules}
+
     def _kind_and_hint(
-        self, kind: str, module: str, shots: list[Program], rng: random.Random
+        self,
+        kind: str,
+        module: str,
+        shots: list[Program],
+        rng: random.Random,
+        asked: Collection[str] = frozenset(),
+        tried: Mapping[str, Collection[str]] | None = None,
     ) -> tuple[str, str | None]:
-        """The prompt's kind and the change it names (None: none, or ``search.hints`` off).
-        With hints, a ``parameters`` prompt whose program has no constant the probe can see
-        asks for a change of ``form`` instead: other parameters of it could only return it
-        (the 1.5B did, in index seed 1 of 2026-11-30)."""
+        """The prompt's kind and the change it names (None: none, or ``search.hints`` off;
+        ``asked``, ``tried``: as :func:`llm.prompts.hints.draw_hint`'s, for the best shown
+        program). With hints, a ``parameters`` prompt whose program has no constant the
+        probe can see asks for a change of ``form`` instead: other parameters of it could
+        only return it (the 1.5B did, in index seed 1 of 2026-11-30)."""
         if not self.search.hints:
             return kind, None
-        hint = self._hint(kind, module, shots, rng)
+        hint = self._hint(kind, module, shots, rng, asked, tried)
         if hint is None and kind == "parameters":
             kind = "form"
-            hint = self._hint(kind, module, shots, rng)
+            hint = self._hint(kind, module, shots, rng, asked, tried)
         return kind, hint
 
-    def _hint(self, kind: str, module: str, shots: list[Program], rng: random.Random) -> str | None:
+    def _hint(
+        self,
+        kind: str,
+        module: str,
+        shots: list[Program],
+        rng: random.Random,
+        asked: Collection[str] = frozenset(),
+        tried: Mapping[str, Collection[str]] | None = None,
+    ) -> str | None:
         """The change a prompt names (:func:`llm.prompts.hints.draw_hint`), leaving out
         what the novelty probe cannot see: a reward's terms that are zero on it (the best
         shown program's, and for a crossover the first one's) and the state fields with
-        one value over it."""
+        one value over it; and the changes in ``asked``."""
         codes = [s.code for s in in_prompt_order(shots)]
 
         def inert(code: str) -> frozenset[str]:
@@ -290,7 +336,7 @@ class SERLSearch(SERLLoop):
         return draw_hint(
             kind, module, codes, rng,
             inert_terms=inert(codes[-1]), inert_fields=probe_constant_fields(),
-            donor_inert_terms=donor,
+            donor_inert_terms=donor, asked=asked, tried=tried,
         )  # fmt: skip
 
     def _ask_kind(

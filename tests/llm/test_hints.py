@@ -14,6 +14,7 @@ from llm.prompts.hints import (
     program_constants,
     state_fields_read,
     term_names,
+    values_tried,
 )
 from llm.prompts.macro import field_docs
 from llm.prompts.micro import REWARD_STATE_FIELDS
@@ -252,3 +253,43 @@ def test_a_crossover_carries_a_part_of_the_first_program_into_the_best():
     }
     # nothing the donor has that the best lacks: no change
     assert draw_hint("crossover", "network", [bare, NETWORK], rng) is None
+
+
+def test_a_change_asked_of_the_program_before_is_not_drawn_again():
+    """The network's form changes but one were asked of it already: that one is drawn
+    every time; with all asked, a form prompt names none."""
+    rng = random.Random(4)
+    everything = {draw_hint("form", "network", [NETWORK], rng) for _ in range(400)}
+    left = "Add one more hidden layer."
+    assert left in everything and len(everything) == 11  # 6 activations, 2 + 1 + 2
+    asked = everything - {left}
+    assert {draw_hint("form", "network", [NETWORK], rng, asked=asked) for _ in range(50)} == {left}
+    assert draw_hint("form", "network", [NETWORK], rng, asked=everything) is None
+
+
+def test_a_constants_change_names_the_values_tried():
+    """The values other than the current one (numerically: 64.0 is 64), nearest six, in
+    ascending order; a sentence asked before is drawn again once a new value was tried."""
+    rng = random.Random(5)
+    tried = {"width": {"64", "64.0", "128", "32"}, "other": {"7"}}
+    drawn = {draw_hint("parameters", "network", [NETWORK], rng, tried=tried) for _ in range(100)}
+    assert drawn == {
+        "Change `width` (now 64) to a clearly different value, not 32, 128 (tried already).",
+        "Change `depth` (now 2) to a clearly different value.",
+    }
+    many = {**tried, "depth": {str(v) for v in (1, 3, 4, 5, 6, 7, 8, 9, 2.0)}}
+    hint = draw_hint("parameters", "network", [NETWORK], rng, tried=many, asked=drawn)
+    assert hint == "Change `depth` (now 2) to a clearly different value, not 1, 3, 4, 5, 6, 7 " \
+        "(tried already)."  # fmt: skip
+    asked = drawn | {hint}
+    assert draw_hint("parameters", "network", [NETWORK], rng, tried=many, asked=asked) is None
+
+
+def test_values_tried_collects_every_programs_constants():
+    wide = NETWORK.replace("width: int = 64", "width: int = 256")
+    assert values_tried([NETWORK, wide, REWARD, "def broken(:"]) == {
+        "width": {"64", "256"},
+        "depth": {"2"},
+        "WEIGHT": {"0.3"},
+        "OFFSET": {"-2"},
+    }

@@ -19,6 +19,7 @@ from llm.prompts import (
 )
 from llm.prompts.builder import _ANSWER_FORMAT
 from llm.prompts.micro import CODE_RULES, imagination_contract, profiling_contract
+from llm.prompts.search import named_change
 from serl_jax.config import ImagineConfig, MarlConfig
 from serl_jax.loop.islands import Program
 
@@ -137,3 +138,13 @@ def test_bad_arguments_raise_one_line_naming_the_argument(args, kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}: ") as err:
         search_prompt(*args, **kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_the_named_change_reads_back_from_the_prompt():
+    """The best shown program (score 3.0: j2-c2) and the hint, from either style; None
+    from a prompt without one."""
+    hint = "Change `depth` (now 2) to a clearly different value, not 3 (tried already)."
+    for style in ("full", "compact"):
+        text = search_prompt("better", "reward", shots(), macro=MACRO, style=style, hint=hint)
+        assert named_change(text) == ("j2-c2", hint)
+        assert named_change(search_prompt("better", "reward", shots(), macro=MACRO)) is None

@@ -476,6 +476,49 @@ def test_hints_name_a_change_and_keep_the_draws(tmp_path):
         assert "".join(line for line in lines if line not in made) == a
 
 
+def test_hints_are_drawn_knowing_the_changes_asked_and_the_values_tried(tmp_path, monkeypatch):
+    """Over two designed rounds, every hint draw is told exactly the changes named
+    before (earlier rounds and this one) to a program with the same canonical code, and
+    the constants' values of the programs valid before its round: replayed here from the
+    draws themselves and the finished store."""
+    from llm.prompts.hints import values_tried
+    from serl_jax.loop import search as search_module
+    from serl_jax.loop.novelty import VALID, canonical_program
+
+    calls, rounds = [], []
+    real_draw, real_design = search_module.draw_hint, search_module.SERLSearch._design
+
+    def recording(kind, module, shots, rng, **kw):
+        hint = real_draw(kind, module, shots, rng, **kw)
+        calls.append((rounds[-1], shots[-1], set(kw["asked"]), kw["tried"], hint))
+        return hint
+
+    def design(self, j):
+        rounds.append(j)
+        return real_design(self, j)
+
+    monkeypatch.setattr(search_module, "draw_hint", recording)
+    monkeypatch.setattr(search_module.SERLSearch, "_design", design)
+    completions = {"LLM4Reward": [_fence(SCALED), _fence(RENAMED)]}
+    args = _scripted_search(
+        tmp_path, completions, "--budget-candidates", "4", "search.round_candidates=2",
+        "search.stages=[validation,trial,short]", "loop.repair_attempts=0",
+    )  # fmt: skip
+    assert train.main(args) == 0
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    cands = RunStore.open(run_dir).candidates()
+    assert rounds == [2, 3] and len(calls) >= 4
+    named: dict[str, set[str]] = {}
+    for j, best, asked, tried, hint in calls:
+        key = canonical_program(best)
+        assert asked == named.get(key, set())
+        valid = [c.reward_code for c in cands if c.iteration < j and c.status in VALID]
+        assert tried == values_tried(valid)
+        if hint is not None:
+            named.setdefault(key, set()).add(hint)
+    assert any(asked for _, _, asked, _, _ in calls)  # some program was changed twice
+
+
 NETWORK_WITHOUT_CONSTANTS = """\
 import flax.linen as nn
 
