@@ -230,7 +230,12 @@ def _others_tried(value: str, tried: Collection[str]) -> list[str]:
     """The values of ``tried`` other than ``value`` (numerically), the :data:`MAX_TRIED`
     nearest to it, in ascending order, each once."""
     now = float(value)
-    others = {float(v): v for v in sorted(tried, key=float) if float(v) != now}
+    # the first spelling of a number in sorted order, so the sentence does not depend on
+    # the set's order ("64" before "64.0")
+    others: dict[float, str] = {}
+    for v in sorted(tried, key=lambda v: (float(v), v)):
+        if float(v) != now:
+            others.setdefault(float(v), v)
     nearest = sorted(others, key=lambda v: (abs(v - now), v))[:MAX_TRIED]
     return [others[v] for v in sorted(nearest)]
 

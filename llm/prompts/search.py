@@ -55,8 +55,9 @@ __all__ = ["SEARCH_PROMPT_KINDS", "Shot", "in_prompt_order", "named_change", "se
 
 _CHANGE = "Make this change to candidate {best} (the last program above): {hint}"
 _CHANGE_LINE = re.compile(
-    r"^Make this change to candidate (\S+) \(the last program above\): (.+)$", re.M
-)
+    "^" + re.escape(_CHANGE).replace(r"\{best\}", r"(\S+)").replace(r"\{hint\}", "(.+)") + "$",
+    re.M,
+)  # read back by named_change: the same sentence as the builder writes
 
 
 class Shot(Protocol):

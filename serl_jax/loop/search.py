@@ -220,7 +220,8 @@ class SERLSearch(SERLLoop):
         incumbent = self.best()
         reference = next(c for c in self.store.candidates(0) if c.id == REFERENCE_ID)
 
-        changes, tried = self._changes_asked(), self._values_tried()
+        cands = self.store.candidates()
+        changes, tried = self._changes_asked(cands), self._values_tried(cands)
 
         def draw(island: int, module: str) -> tuple[str, list[Program], str]:
             kind, shots = self._ask_kind(db, island, module, reference, rng)
@@ -270,11 +271,11 @@ class SERLSearch(SERLLoop):
                 idx += 1
         self._record_proposals(j, prompts, candidates)
 
-    def _changes_asked(self) -> dict[tuple[str, str], set[str]]:
-        """The changes the run's prompts have named, by the program they change:
-        ``{(module, canonical program): {hint, ...}}``
+    def _changes_asked(self, cands: list[Candidate]) -> dict[tuple[str, str], set[str]]:
+        """The changes the run's prompts have named, by the program they change (one of
+        the run's ``cands``): ``{(module, canonical program): {hint, ...}}``
         (:func:`llm.prompts.search.named_change`)."""
-        by_id = {c.id: c for c in self.store.candidates()}
+        by_id = {c.id: c for c in cands}
         changes: dict[tuple[str, str], set[str]] = {}
         for row in self.store.prompts():
             named = named_change(row["prompt"])
@@ -284,10 +285,10 @@ class SERLSearch(SERLLoop):
             changes.setdefault((row["module"], canonical_program(code)), set()).add(named[1])
         return changes
 
-    def _values_tried(self) -> dict[str, dict[str, set[str]]]:
-        """The values the run's valid programs give their named constants, by module
-        (:func:`llm.prompts.hints.values_tried`)."""
-        valid = [c for c in self.store.candidates() if c.status in VALID]
+    def _values_tried(self, cands: list[Candidate]) -> dict[str, dict[str, set[str]]]:
+        """The values the valid programs among the run's ``cands`` give their named
+        constants, by module (:func:`llm.prompts.hints.values_tried`)."""
+        valid = [c for c in cands if c.status in VALID]
         return {m: values_tried(c.slot_code(m) for c in valid) for m in self.loop.modules}
 
     def _kind_and_hint(
