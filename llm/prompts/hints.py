@@ -9,15 +9,20 @@ that names the change. With ``search.hints``, each ``better``, ``form`` and ``pa
 prompt likewise names one change, drawn at random from the best program it shows
 (:func:`draw_hint`):
 
-- a constant: "Change `TERMINAL_BPS` (now 100.0) to a clearly different value." (module
-  level ``NAME = number``, or a flax field ``width: int = 64``);
+- a constant, with the value to set: "Change `TERMINAL_BPS` from 100.0 to 50.0." (module
+  level ``NAME = number``, or a flax field ``width: int = 64``; half or double the current
+  value, or a quarter, four times, a tenth or ten times where the run has tried those
+  already: :func:`new_values`);
 - a reward term (a string key of the returned dict): drop it, or compute it another way;
-- a state field no shown program reads: return one more term, in bps, computed from it,
-  named with its description and unit (asked to "add a term that uses" it, the 1.5B read
-  the field into a local variable that no returned term used, twice in one run: a
-  functional duplicate);
 - a network's activation (one it does not use), number of hidden layers, layer
   normalization, a skip connection or unequal widths.
+
+A change of form does not ask for a term on a state field no program reads: asked to
+"return one more term computed from" a field (named with its description and unit), the
+1.5B wrote 3 valid programs of 21 over its two sets of int8 index runs of 2026-12-01
+(in the second, constants 23 of 26, activations 8 of 9, dropped terms 11 of 16); the
+rejected ones summed currency or share counts into bps terms. A crossover still carries a
+field over, with the first shown program's code to copy it from.
 
 A change the novelty probe cannot see makes a functional duplicate, whatever the model
 writes: in the 1.5B's paired round (2026-11-30) all four duplicates of hinted prompts
@@ -33,17 +38,19 @@ asked of the same program before, or set a constant to a value a program had (a 
 normalization added to the default network in two rounds; a ``LOSS_AVERSION`` of 0.7 set
 back to the 0.5 of the library program it came from). So the caller may pass the
 changes asked of the same program already (``asked``: none is named again) and the values
-the run has given each constant (``tried``), which a constant's change names: "Change
-`depth` (now 2) to a clearly different value, not 3 (tried already)." (a sentence asked
-again only once the run has tried a new value).
+the run has given each constant (``tried``), which a constant's change does not name.
+Told only which values were tried ("to a clearly different value, not 128, 256 (tried
+already)"), the 1.5B set a new value in 5 of 11 answers, a listed one in 2 and kept the
+current one in 4 (the second set of int8 index runs of 2026-12-01): so the change names
+the value.
 
-``parameters`` draws a constant only; ``form`` a change of form only (terms, fields,
-layers); ``better`` either. ``crossover`` names one part of the first program shown to
-carry into the best one: a reward term the best lacks, a state field it does not read, a
-network's activation or layer normalization it does not use (asked only to "combine
-ideas of both", the 1.5B returned a shown program unchanged in 3 of its 8 valid
-crossovers over the three index runs of 2026-11-30, one of them crossing a program with
-itself). The kinds without a change to draw name none (a program with no constants for
+``parameters`` draws a constant only; ``form`` a change of form only (terms, layers);
+``better`` either. ``crossover`` names one part of the first program shown to carry into
+the best one: a reward term the best lacks, a state field it does not read, a network's
+activation or layer normalization it does not use (asked only to "combine ideas of
+both", the 1.5B returned a shown program unchanged in 3 of its 8 valid crossovers over
+the three index runs of 2026-11-30, one of them crossing a program with itself). The
+kinds without a change to draw name none (a program with no constants for
 ``parameters``; the imagination, profiling and communication slots for ``form``; a
 crossover of two programs alike in those parts).
 """
@@ -51,19 +58,15 @@ crossover of two programs alike in those parts).
 from __future__ import annotations
 
 import ast
-import functools
 import random
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-
-from llm.prompts.macro import field_docs
-from llm.prompts.micro import REWARD_STATE_FIELDS
-from serl_jax.envs.execution import EnvState
 
 __all__ = [
     "ACTIVATIONS",
     "constants_by_term",
     "draw_hint",
+    "new_values",
     "program_constants",
     "state_fields_read",
     "term_names",
@@ -207,57 +210,58 @@ def constants_by_term(code: str) -> dict[str, set[str]]:
     return terms
 
 
-@functools.cache
-def _field_doc(name: str) -> str:
-    """An ``EnvState`` field's description and unit, as its docstring gives them: asked
-    for a term on ``notional`` without it, the 1.5B added the currency sum to bps terms
-    (index seed 0, 2026-11-30: rejected, 9e+09 in one step). Cached: the docstring is
-    parsed once per field, not once per hint drawn."""
-    return field_docs(EnvState)[name].rstrip(".")
-
-
 def _flax_names(code: str) -> set[str]:
     """The ``nn.<name>`` attributes a network program uses (activations, layers)."""
     return set(re.findall(r"\bnn\.(\w+)", code))
 
 
-MAX_TRIED = 6
-"""Values tried already that a constant's change names at most (the nearest to its
-current value)."""
+SCALES = ((0.5, 0.25, 0.1), (2.0, 4.0, 10.0))
+"""The factors a constant's change scales the current value by: the first below and the
+first above that give a value the run has not tried (:func:`new_values`)."""
 
 
-def _others_tried(value: str, tried: Collection[str]) -> list[str]:
-    """The values of ``tried`` other than ``value`` (numerically), the :data:`MAX_TRIED`
-    nearest to it, in ascending order, each once."""
+def new_values(value: str, tried: Collection[str] = ()) -> list[str]:
+    """The values a constant's change may set: the current value scaled down and up.
+
+    Args:
+        value: the constant's value as written (``"64"``, ``"100.0"``, ``"-2"``).
+        tried: values the run's programs have given the constant, as written.
+
+    Returns:
+        At most two values, as Python literals: for each side of :data:`SCALES`, the
+        first scaled value that differs from ``value`` and from every value of ``tried``
+        (numerically: ``64.0`` is ``64``), rounded to an int for an int (never to 0),
+        else to 6 significant digits. Empty for 0 and where every scale was tried.
+    """
     now = float(value)
-    # the first spelling of a number in sorted order, so the sentence does not depend on
-    # the set's order ("64" before "64.0")
-    others: dict[float, str] = {}
-    for v in sorted(tried, key=lambda v: (float(v), v)):
-        if float(v) != now:
-            others.setdefault(float(v), v)
-    nearest = sorted(others, key=lambda v: (abs(v - now), v))[:MAX_TRIED]
-    return [others[v] for v in sorted(nearest)]
+    is_int = re.fullmatch(r"-?\d+", value) is not None
+    taken = {now} | {float(v) for v in tried}
+    found = []
+    for factors in SCALES:
+        for factor in factors:
+            new = round(now * factor) if is_int else float(f"{now * factor:.6g}")
+            if new != 0 and float(new) not in taken:
+                found.append(repr(new))
+                break
+    return found
 
 
 def _constant_hints(
     module: str, code: str, inert_terms: frozenset[str], tried: Mapping[str, Collection[str]]
 ) -> list[str]:
-    """One change per constant, but (reward) a constant that feeds only inert terms; each
-    names the other values ``tried`` holds for it."""
+    """The changes of the constants to values the run has not tried (:func:`new_values`),
+    but (reward) of a constant that feeds only inert terms."""
     skip: set[str] = set()
     if module == "reward" and inert_terms:
         by_term = constants_by_term(code)
         live = set().union(*(c for t, c in by_term.items() if t not in inert_terms))
         skip = set().union(*by_term.values()) - live
-    hints = []
-    for name, value in program_constants(code):
-        if name in skip:
-            continue
-        others = _others_tried(value, tried.get(name, ()))
-        hint = f"Change `{name}` (now {value}) to a clearly different value"
-        hints.append(f"{hint}, not {', '.join(others)} (tried already)." if others else f"{hint}.")
-    return hints
+    return [
+        f"Change `{name}` from {value} to {new}."
+        for name, value in program_constants(code)
+        if name not in skip
+        for new in new_values(value, tried.get(name, ()))
+    ]
 
 
 def values_tried(codes: Iterable[str]) -> dict[str, set[str]]:
@@ -276,28 +280,13 @@ def values_tried(codes: Iterable[str]) -> dict[str, set[str]]:
     return tried
 
 
-def _form_hints(
-    module: str,
-    code: str,
-    shown: Sequence[str],
-    inert_terms: frozenset[str],
-    inert_fields: frozenset[str],
-) -> list[list[str]]:
-    """The changes of form one program allows, in groups drawn with equal weight
-    (``shown``: every shown program's code)."""
+def _form_hints(module: str, code: str, inert_terms: frozenset[str]) -> list[list[str]]:
+    """The changes of form one program allows, in groups drawn with equal weight."""
     if module == "reward":
         terms = [t for t in term_names(code) if t not in inert_terms]
-        read = set().union(*(state_fields_read(c) for c in shown))
         return [
             [f"Drop the term '{term}' and keep the others." for term in terms],
             [f"Compute the term '{term}' another way (other formula or inputs)." for term in terms],
-            [
-                f"Return one more term (a new key of the returned dict, in bps) computed from "
-                f"`next_state.{name}` or `prev_state.{name}` ({_field_doc(name)}), a field "
-                "no program above reads."
-                for name in REWARD_STATE_FIELDS
-                if name not in read and name not in inert_fields
-            ],
         ]
     if module == "network":
         used = _flax_names(code)
@@ -377,11 +366,11 @@ def draw_hint(
     """The change a search prompt names, drawn at random (module docstring).
 
     A group is drawn first, each with equal weight (the constants; for a reward: dropping
-    a term, reworking one, a field not read; for a network: the activation, the number of
-    layers, layer normalization, skip connections or widths; for a crossover, the first
-    shown program's terms or fields, or its activation or layer normalization), then a
-    change within it, so that a reward with many fields not read is not asked for new
-    terms most of the time.
+    a term, reworking one; for a network: the activation, the number of layers, layer
+    normalization, skip connections or widths; for a crossover, the first shown
+    program's terms or fields, or its activation or layer normalization), then a change
+    within it, so that a network is not asked for another activation (six to choose
+    from) most of the time.
 
     Args:
         kind: the prompt's kind (:data:`serl_jax.config.SEARCH_PROMPT_KINDS`).
@@ -391,16 +380,15 @@ def draw_hint(
         rng: the draw's random source (two ``rng.choice`` calls when a change is drawn).
         inert_terms: (reward) the best program's terms that are zero on the novelty
             probe: no change names them, nor a constant that feeds only them.
-        inert_fields: (reward) state fields with one value over the probe: no new term
-            is asked to read them.
+        inert_fields: (reward, ``crossover``) state fields with one value over the
+            probe: none is carried into the best.
         donor_inert_terms: (reward, ``crossover``) the first shown program's terms that
             are zero on the probe: none is carried into the best.
         asked: changes named already to a program equal to the best (sentences as
-            returned): none is drawn again (a constant's sentence changes with the values
-            tried).
+            returned): none is drawn again.
         tried: values the run's programs of the module give each named constant
-            (:func:`values_tried`): a constant's change names the others than the
-            best's, the :data:`MAX_TRIED` nearest to it.
+            (:func:`values_tried`): a constant's change sets none of them
+            (:func:`new_values`).
 
     Returns:
         One sentence, or None when the kind names no change or the program allows none.
@@ -414,7 +402,7 @@ def draw_hint(
     if kind in ("better", "parameters"):
         groups.append(_constant_hints(module, best, inert_terms, tried or {}))
     if kind in ("better", "form"):
-        groups += _form_hints(module, best, shots, inert_terms, inert_fields)
+        groups += _form_hints(module, best, inert_terms)
     groups = [[h for h in g if h not in asked] for g in groups]
     groups = [g for g in groups if g]
     return rng.choice(rng.choice(groups)) if groups else None

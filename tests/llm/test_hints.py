@@ -11,14 +11,12 @@ from llm.prompts.builder import _ANSWER_FORMAT
 from llm.prompts.hints import (
     constants_by_term,
     draw_hint,
+    new_values,
     program_constants,
     state_fields_read,
     term_names,
     values_tried,
 )
-from llm.prompts.macro import field_docs
-from llm.prompts.micro import REWARD_STATE_FIELDS
-from serl_jax.envs.execution import EnvState
 from serl_jax.loop.islands import Program
 
 REWARD = """\
@@ -70,21 +68,18 @@ def test_terms_and_fields_read():
 def test_each_kind_draws_from_its_own_changes():
     rng = random.Random(0)
     constants = {
-        "Change `WEIGHT` (now 0.3) to a clearly different value.",
-        "Change `OFFSET` (now -2) to a clearly different value.",
+        "Change `WEIGHT` from 0.3 to 0.15.",
+        "Change `WEIGHT` from 0.3 to 0.6.",
+        "Change `OFFSET` from -2 to -1.",
+        "Change `OFFSET` from -2 to -4.",
     }
     drawn = {kind: {draw_hint(kind, "reward", [REWARD], rng) for _ in range(400)} for kind in
              ("better", "form", "parameters")}  # fmt: skip
     assert drawn["parameters"] == constants
-    unread = [f for f in REWARD_STATE_FIELDS if f not in state_fields_read(REWARD)]
+    # no change of form asks for a term on a new state field (3 of 21 valid with the 1.5B)
     form = {f"Drop the term '{t}' and keep the others." for t in ("pa", "end", "pa2")}
     form |= {f"Compute the term '{t}' another way (other formula or inputs)." for t in
              ("pa", "end", "pa2")}  # fmt: skip
-    docs = field_docs(EnvState)
-    form |= {f"Return one more term (a new key of the returned dict, in bps) computed from "
-             f"`next_state.{f}` or `prev_state.{f}` ({docs[f].rstrip('.')}), a field no "
-             "program above reads."
-             for f in unread}  # fmt: skip
     assert drawn["form"] == form
     assert drawn["better"] == form | constants
     # a crossover of two programs alike in their terms and fields names no change; nor
@@ -97,38 +92,38 @@ def test_each_kind_draws_from_its_own_changes():
     assert draw_hint("better", "reward", [], rng) is None
 
 
-def test_the_change_comes_from_the_best_program_and_fields_from_all_shown():
-    """Shots are in prompt order (best last): constants and terms are the last one's; a
-    field read by any shown program is not offered as new."""
-    worse = "def reward(p, a, next_state, q):\n    return {'x': next_state.pace}\n"
+def test_the_change_comes_from_the_best_program():
+    """Shots are in prompt order (best last): constants and terms are the last one's."""
+    worse = "X = 7.0\n\ndef reward(p, a, next_state, q):\n    return {'x': X * next_state.pace}\n"
     rng = random.Random(1)
-    drawn = {draw_hint("form", "reward", [worse, REWARD], rng) for _ in range(400)}
-    assert not any("'x'" in h for h in drawn)
-    assert not any("`next_state.pace`" in h for h in drawn)
-    assert any("'pa2'" in h for h in drawn)
+    drawn = {draw_hint("better", "reward", [worse, REWARD], rng) for _ in range(400)}
+    assert not any("'x'" in h or "`X`" in h for h in drawn)
+    assert "Drop the term 'pa2' and keep the others." in drawn
+    assert "Change `WEIGHT` from 0.3 to 0.6." in drawn
 
 
-def test_a_new_field_is_named_with_its_unit():
-    """The 1.5B added `notional` (a currency sum) to bps terms when the hint did not say
-    what it holds."""
-    rng = random.Random(6)
-    drawn = {draw_hint("form", "reward", [REWARD], rng) for _ in range(400)}
-    assert (
-        "Return one more term (a new key of the returned dict, in bps) computed from "
-        "`next_state.notional` or `prev_state.notional` (sum of q * p_exec over the child "
-        "fills so far, currency), a field no program above reads."
-    ) in drawn
+def test_a_constants_change_scales_it_to_a_value_not_tried():
+    """Half and double, else a quarter and four times, else a tenth and ten times; ints
+    stay ints and never reach 0; tried values compare as numbers."""
+    assert new_values("100.0") == ["50.0", "200.0"]
+    assert new_values("0.0005") == ["0.00025", "0.001"]
+    assert new_values("-2") == ["-1", "-4"]
+    assert new_values("1") == ["2"]  # half of 1 rounds to 0
+    assert new_values("64", {"32.0", "128", "256"}) == ["16", "640"]
+    assert new_values("0.3", {"0.15", "0.075", "0.03", "0.6", "1.2", "3.0"}) == []
+    assert new_values("0.0") == []
+    assert new_values("1e-05") == ["5e-06", "2e-05"]
 
 
 def test_groups_weigh_equally_not_their_changes():
-    """better on REWARD: four groups (2 constants, 3 drops, 3 reworks, 8 fields not read);
-    each group is drawn a quarter of the time, so new fields are 1/4 of the hints, not
-    8/16 as with one draw over all changes."""
+    """better on NETWORK: five groups (4 constant changes, 6 activations, 2 depths, 1
+    layer normalization, 2 skip or widths); each is drawn a fifth of the time, so the
+    layer normalization is 1/5 of the hints, not 1/15 as with one draw over all changes."""
     rng = random.Random(2)
-    draws = [draw_hint("better", "reward", [REWARD], rng) for _ in range(2000)]
-    share = sum("a field no program above reads" in h for h in draws) / len(draws)
-    assert len(REWARD_STATE_FIELDS) - len(state_fields_read(REWARD)) == 8
-    assert share == pytest.approx(0.25, abs=0.03)
+    draws = [draw_hint("better", "network", [NETWORK], rng) for _ in range(2000)]
+    share = draws.count("Remove the layer normalization.") / len(draws)
+    assert len(set(draws)) == 15
+    assert share == pytest.approx(0.2, abs=0.03)
 
 
 def test_network_changes_name_activations_it_does_not_use():
@@ -142,7 +137,7 @@ def test_network_changes_name_activations_it_does_not_use():
 
 def test_the_prompt_ends_with_the_hint_naming_the_best_program():
     shots = [Program("j1-c0", "reward", REWARD, -3.0), Program("j1-c1", "reward", REWARD, -9.0)]
-    hint = "Change `WEIGHT` (now 0.3) to a clearly different value."
+    hint = "Change `WEIGHT` from 0.3 to 0.6."
     plain = search_prompt("better", "reward", shots)
     hinted = search_prompt("better", "reward", shots, hint=hint)
     assert "Make this change" not in plain
@@ -187,23 +182,19 @@ def test_constants_are_traced_to_the_terms_they_feed():
     assert constants_by_term("def not_reward():\n    return {'x': 1}\n") == {}
 
 
-def test_inert_terms_and_fields_are_not_named():
+def test_inert_terms_are_not_named():
     """A constant that feeds only inert terms is left out, one that also feeds a live
-    term is kept; an inert term is neither dropped nor reworked; an inert field is not
-    asked for."""
+    term is kept; an inert term is neither dropped nor reworked."""
     rng = random.Random(4)
     inert = frozenset({"two", "three"})
     params = {draw_hint("parameters", "reward", [TRACED], rng, inert_terms=inert)
               for _ in range(300)}  # fmt: skip
     # A feeds 'one' (live) and 'two'; B and C only 'two', D and E only 'three'
-    assert params == {"Change `A` (now 1.0) to a clearly different value."}
-    fields = frozenset({"pace", "time"})
-    drawn = {draw_hint("form", "reward", [TRACED], rng, inert_terms=inert, inert_fields=fields)
-             for _ in range(600)}  # fmt: skip
-    assert not any("'two'" in h or "'three'" in h or "pace" in h or ".time`" in h for h in drawn)
+    assert params == {"Change `A` from 1.0 to 0.5.", "Change `A` from 1.0 to 2.0."}
+    drawn = {draw_hint("form", "reward", [TRACED], rng, inert_terms=inert) for _ in range(600)}
+    assert not any("'two'" in h or "'three'" in h for h in drawn)
     assert "Drop the term 'one' and keep the others." in drawn
     assert "Drop the term 'four' and keep the others." in drawn
-    assert any("next_state.inventory" in h for h in drawn)
 
 
 def test_the_probe_names_the_fields_it_cannot_tell_apart():
@@ -267,22 +258,23 @@ def test_a_change_asked_of_the_program_before_is_not_drawn_again():
     assert draw_hint("form", "network", [NETWORK], rng, asked=everything) is None
 
 
-def test_a_constants_change_names_the_values_tried():
-    """The values other than the current one (numerically: 64.0 is 64), nearest six, in
-    ascending order; a sentence asked before is drawn again once a new value was tried."""
+def test_a_constants_change_sets_no_value_tried():
+    """The run's values of a constant (numerically: 32.0 is 32) are not set; with every
+    value asked of the program, a parameters prompt names no change."""
     rng = random.Random(5)
-    tried = {"width": {"64", "64.0", "128", "32"}, "other": {"7"}}
-    drawn = {draw_hint("parameters", "network", [NETWORK], rng, tried=tried) for _ in range(100)}
+    tried = {"width": {"64", "32.0", "128"}, "other": {"7"}}
+    drawn = {draw_hint("parameters", "network", [NETWORK], rng, tried=tried) for _ in range(200)}
     assert drawn == {
-        "Change `width` (now 64) to a clearly different value, not 32, 128 (tried already).",
-        "Change `depth` (now 2) to a clearly different value.",
+        "Change `width` from 64 to 16.",
+        "Change `width` from 64 to 256.",
+        "Change `depth` from 2 to 1.",
+        "Change `depth` from 2 to 4.",
     }
-    many = {**tried, "depth": {str(v) for v in (1, 3, 4, 5, 6, 7, 8, 9, 2.0)}}
-    hint = draw_hint("parameters", "network", [NETWORK], rng, tried=many, asked=drawn)
-    assert hint == "Change `depth` (now 2) to a clearly different value, not 1, 3, 4, 5, 6, 7 " \
-        "(tried already)."  # fmt: skip
-    asked = drawn | {hint}
-    assert draw_hint("parameters", "network", [NETWORK], rng, tried=many, asked=asked) is None
+    deep = {**tried, "depth": {"1", "4.0", "8"}}
+    hint = draw_hint("parameters", "network", [NETWORK], rng, tried=deep, asked=drawn)
+    assert hint == "Change `depth` from 2 to 20."
+    assert draw_hint("parameters", "network", [NETWORK], rng, tried=deep,
+                     asked=drawn | {hint}) is None  # fmt: skip
 
 
 def test_values_tried_collects_every_programs_constants():

@@ -143,7 +143,7 @@ def test_bad_arguments_raise_one_line_naming_the_argument(args, kwargs, name):
 def test_the_named_change_reads_back_from_the_prompt():
     """The best shown program (score 3.0: j2-c2) and the hint, from either style; None
     from a prompt without one."""
-    hint = "Change `depth` (now 2) to a clearly different value, not 3 (tried already)."
+    hint = "Change `depth` from 2 to 4."
     for style in ("full", "compact"):
         text = search_prompt("better", "reward", shots(), macro=MACRO, style=style, hint=hint)
         assert named_change(text) == ("j2-c2", hint)
