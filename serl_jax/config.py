@@ -504,8 +504,8 @@ class SearchConfig:
             the repeat keeps its place (scored with the first program's score) and the
             answer is a retry like a rejected candidate's.
         hints: each ``better``, ``form`` and ``parameters`` prompt names one concrete
-            change drawn from the best program it shows (a constant, a reward term, a
-            state field not read, a network layer or activation:
+            change drawn from the best program it shows (a constant and the value to
+            set, a reward term, a network layer or activation:
             :func:`llm.prompts.hints.draw_hint`), as ELM's commit messages do, and a
             ``crossover`` one part of the other program to carry into it; on the
             1.5B's paired round 2 of three index runs, copies of a shown program went

@@ -161,8 +161,17 @@ def _resolve_source(path_or_name: str) -> tuple[str, str | None, bool]:
     return path_or_name, None, False
 
 
-#: PyTorch's (private) probes of the CPU's bfloat16 instructions.
+#: PyTorch's (private) probes of the CPU's bfloat16 and int8 instructions.
 _BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+_INT8_CHECKS = ("_is_vnni_supported", "_is_amx_tile_supported")
+
+
+def _cpu_has(checks: tuple[str, ...]) -> bool:
+    """Whether any of PyTorch's CPU probes ``checks`` says yes; True where one is missing."""
+    probes = [getattr(torch.cpu, name, None) for name in checks]
+    if not all(callable(probe) for probe in probes):
+        return True
+    return any(probe() for probe in probes)
 
 
 def cpu_has_bfloat16() -> bool:
@@ -170,10 +179,17 @@ def cpu_has_bfloat16() -> bool:
     them); True where PyTorch cannot tell. Without them every bfloat16 product is
     converted: on a 2-core Intel Xeon the 1.5B designer decoded 2.8 tokens/s in bfloat16
     against 4.2 in float32 (``benchmarks/results/2026-11-30-hf-dtypes-xeon-cpu.md``)."""
-    checks = [getattr(torch.cpu, name, None) for name in _BF16_CHECKS]
-    if not all(callable(check) for check in checks):
-        return True
-    return any(check() for check in checks)
+    return _cpu_has(_BF16_CHECKS)
+
+
+def cpu_has_int8() -> bool:
+    """Whether this CPU multiplies in int8 (``avx512_vnni`` or AMX, as PyTorch reports
+    them); True where PyTorch cannot tell. Without them ``torch._int_mm``, which torchao's
+    int8 layers call, falls back to a kernel 20-90x slower than a float32 product: on a
+    2-core AMD EPYC with AVX2 only, one search round's call of the int8 1.5B designer had
+    not finished its prompts in 20 minutes (``benchmarks/bench_int8_matmul.py``,
+    ``benchmarks/results/2026-12-01-int8-matmul-avx2-cpu.md``)."""
+    return _cpu_has(_INT8_CHECKS)
 
 
 #: Weight quantizations of :class:`HFBackend` (``quantize``).
@@ -264,8 +280,10 @@ class HFBackend(Backend):
         quantize: ``"none"`` (the default) or ``"int8"``: every linear layer's weights
             in int8 and its inputs quantized per token at each call (the layers' outputs
             stay in ``dtype``; torchao, :func:`_quantize_int8`): a search round of the 1.5B
-            1.75x faster than float32 on a 2-core CPU, its log-probabilities those of the quantized
-            model. Sampling only: LoRA (the low-level DEK) trains unquantized weights.
+            1.75x faster than float32 on a 2-core Xeon with ``avx512_vnni``, its
+            log-probabilities those of the quantized model; on a CPU without int8
+            instructions it warns (:func:`cpu_has_int8`). Sampling only: LoRA (the
+            low-level DEK) trains unquantized weights.
         local_files_only: never download (the default); ``False`` lets transformers fetch
             a Hub id that is not cached.
         trust_remote_code: allow model/tokenizer code shipped with the checkpoint.
@@ -338,6 +356,12 @@ class HFBackend(Backend):
                 "hf backend: this CPU has no bfloat16 instructions, so bfloat16 converts every "
                 "product; float32 (loop.hf_dtype=float32) decoded 1.5x faster on such a CPU, "
                 "in 1.5x the memory",
+                stacklevel=2,
+            )
+        if self.device.type == "cpu" and quantize == "int8" and not cpu_has_int8():
+            warnings.warn(
+                "hf backend: this CPU has no int8 instructions (avx512_vnni or AMX), so int8 "
+                "products run 20-90x slower than float32; use loop.hf_quantize=none",
                 stacklevel=2,
             )
         options = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}

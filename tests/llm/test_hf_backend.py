@@ -474,29 +474,44 @@ def test_errors_are_one_line(model_dirs, spec, options, needle):
     assert "\n" not in message and needle in message
 
 
-def test_bfloat16_on_a_cpu_without_bfloat16_instructions_warns(model_dirs, monkeypatch):
+@pytest.mark.parametrize(
+    "kind, probe, options, setting",
+    [
+        ("bfloat16", "_is_avx512_bf16_supported", {"dtype": "bfloat16"}, "loop.hf_dtype=float32"),
+        ("int8", "_is_vnni_supported", {"dtype": "float32", "quantize": "int8"},
+         "loop.hf_quantize=none"),
+    ],
+)  # fmt: skip
+def test_a_cpu_without_the_instructions_a_setting_needs_warns(
+    model_dirs, monkeypatch, kind, probe, options, setting
+):
+    """bfloat16 without avx512_bf16 or AMX converts every product; int8 without
+    avx512_vnni or AMX falls back to a kernel 20-90x slower than float32 (an AVX2-only AMD
+    EPYC): the backend says so and names the setting; not for float32, nor where AMX
+    computes it, nor where PyTorch cannot tell."""
     folder = str(model_dirs["plain"])
+    has = {"bfloat16": hf_module.cpu_has_bfloat16, "int8": hf_module.cpu_has_int8}[kind]
 
     def ours(record) -> list[str]:
-        return [str(w.message) for w in record if "no bfloat16 instructions" in str(w.message)]
+        return [str(w.message) for w in record if f"no {kind} instructions" in str(w.message)]
 
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, probe, lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    assert not hf_module.cpu_has_bfloat16()
-    with pytest.warns(UserWarning, match="loop.hf_dtype=float32"):
-        HFBackend(folder, dtype="bfloat16", device="cpu")
+    assert not has()
+    with pytest.warns(UserWarning, match=setting):
+        HFBackend(folder, device="cpu", **options)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         HFBackend(folder, dtype="float32", device="cpu")
     assert ours(record) == []
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)  # AMX computes it
-    assert hf_module.cpu_has_bfloat16()
+    assert has()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        HFBackend(folder, dtype="bfloat16", device="cpu")
+        HFBackend(folder, device="cpu", **options)
     assert ours(record) == []
-    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")  # a PyTorch that cannot tell
-    assert hf_module.cpu_has_bfloat16()
+    monkeypatch.delattr(torch.cpu, probe)  # a PyTorch that cannot tell
+    assert has()
 
 
 def test_auto_device_threads_and_token_counts(model_dirs):
