@@ -7,8 +7,12 @@ budget and seeds, then reads each run store:
 - the curve: after each designed candidate (in run order), the best full-stage
   validation score so far (the reference and the library seeds count from the start);
 - the final pick's paired difference to the default PPO on the test days (the run's
-  report, ``best_vs_default``), and its novelty (copy rate, functional duplicates,
-  distinct valid programs) and cascade counts;
+  report, ``best_vs_default``), and its novelty (copies and functional duplicates pooled
+  over seeds: count / designed valid, the duplicates' Wilson 95% interval; distinct valid
+  programs) and cascade counts;
+- the novelty by the kind of change the designer's prompts named (``search.hints``,
+  :data:`llm.prompts.hints.CHANGES`): answers, valid, copies, duplicates, and for a
+  constant's change the valid answers that set the value named;
 - per designer other than the first, the paired difference of the final best
   validation score to the first designer's, seed by seed (the same seed gives both the
   same reference, library seeds and training keys), with a t interval over seeds and its
@@ -56,9 +60,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from llm.prompts.hints import program_constants, read_change  # noqa: E402
+from llm.prompts.search import named_change  # noqa: E402
 from serl_jax import train  # noqa: E402
 from serl_jax.cli import parse_command_line  # noqa: E402
 from serl_jax.loop import RunStore  # noqa: E402
+from serl_jax.loop.novelty import novelty_labels  # noqa: E402
+from serl_jax.loop.outer import SLOTS  # noqa: E402
 from serl_jax.loop.search import SEED_ROUND  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +90,58 @@ def curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     out = np.array(values, dtype=np.float64)
     out[~np.isfinite(out)] = np.nan
     return np.arange(len(values)), out
+
+
+def by_change(
+    run_dirs: list[Path], probe=None
+) -> dict[str, dict[str, int | None]]:  # fmt: skip
+    """Novelty by the kind of change each designed candidate's prompt named, over runs.
+
+    Args:
+        run_dirs: run stores (one designer's seeds).
+        probe: :func:`serl_jax.loop.novelty.novelty_labels`' probe (default: its own).
+
+    Returns:
+        ``{kind: {"designed", "valid", "copy", "duplicate", "as_named"}}`` (counts): kind
+        one of :data:`llm.prompts.hints.CHANGES`, ``"none"`` (the prompt named no change)
+        or ``"other"`` (a sentence no template writes: an older run's); ``as_named``, for
+        ``constant`` only (else None), counts valid answers whose constant has the value
+        named.
+    """
+    table: dict[str, dict[str, int | None]] = {}
+    for run_dir in run_dirs:
+        store = RunStore.open(run_dir)
+        try:
+            cands = store.candidates()
+            prompts = {row["id"]: row["prompt"] for row in store.prompts()}
+        finally:
+            store.close()
+        extra = {} if probe is None else {"probe": probe}
+        labels = {
+            c.id: (copy, dup) for c, copy, dup in novelty_labels(cands, prompts, SLOTS, **extra)
+        }
+        for cand in cands:
+            if cand.prompt_id is None:
+                continue
+            change = named_change(prompts[cand.prompt_id])
+            kind, fields = (
+                ("none", {}) if change is None else read_change(change[1]) or ("other", {})
+            )
+            row = table.setdefault(kind, {
+                "designed": 0, "valid": 0, "copy": 0, "duplicate": 0,
+                "as_named": 0 if kind == "constant" else None,
+            })  # fmt: skip
+            row["designed"] += 1
+            if cand.id not in labels:
+                continue
+            copy, duplicate = labels[cand.id]
+            row["valid"] += 1
+            row["copy"] += copy
+            row["duplicate"] += duplicate
+            if kind == "constant":
+                value = dict(program_constants(cand.slot_code(cand.module))).get(fields["name"])
+                row["as_named"] += value is not None and float(value) == float(fields["new"])
+    return table
 
 
 def _full(cand) -> float:
@@ -214,10 +274,8 @@ def summarize(designers: list[str], runs: dict[str, list[Path]]) -> list[dict]:
             "seeds": len(reports),
             "best_validation": interval(finals[designer]),
             "test_vs_default": [t.get(key) for t in test],
-            "copy_rate": float(np.mean([rep["copy_rate"] for rep in reports])),
-            "duplicate_rate": float(np.mean([rep["duplicate_rate"] for rep in reports])),
+            **pooled_novelty(reports),
             "distinct_valid": float(np.mean([rep["distinct_valid"] for rep in reports])),
-            "designed_valid": int(sum(rep["designed_valid"] for rep in reports)),
             "designer_seconds_per_valid": _ratio(
                 [rep["designer"]["seconds"] for rep in reports],
                 [rep["designer"]["valid"] for rep in reports],
@@ -230,6 +288,22 @@ def summarize(designers: list[str], runs: dict[str, list[Path]]) -> list[dict]:
             row["minus_first"] = interval(finals[designer] - finals[designers[0]])
         rows.append(row)
     return rows
+
+
+def pooled_novelty(reports: list[dict]) -> dict:
+    """Copies and functional duplicates over all seeds' designed valid programs (each
+    report's rate times its count), with the duplicates' Wilson 95% interval."""
+    designed = sum(rep["designed_valid"] for rep in reports)
+    copies = sum(round(rep["copy_rate"] * rep["designed_valid"]) for rep in reports)
+    duplicates = sum(round(rep["duplicate_rate"] * rep["designed_valid"]) for rep in reports)
+    n = max(designed, 1)
+    ci = stats.binomtest(duplicates, n).proportion_ci(method="wilson") if designed else None
+    return {
+        "designed_valid": designed,
+        "copy_rate": copies / n,
+        "duplicate_rate": duplicates / n,
+        "duplicate_ci": None if ci is None else [float(ci.low), float(ci.high)],
+    }
 
 
 def _ratio(seconds: list[float | None], valid: list[int]) -> float | None:
@@ -262,6 +336,10 @@ def plot(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def _wilson(ci: list[float] | None) -> str:
+    return "" if ci is None else f"[{ci[0]:.0%}, {ci[1]:.0%}] "
 
 
 def _fmt(x, spec: str = "+.3f") -> str:
@@ -327,7 +405,8 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"| {row['designer']} | {b['value']:.3f} [{_fmt(b['ci_low'], '.3f')}, "
             f"{_fmt(b['ci_high'], '.3f')}] | {diff} | {tests} | {row['copy_rate']:.0%} | "
-            f"{row['duplicate_rate']:.0%} | {row['designed_valid']} | "
+            f"{row['duplicate_rate']:.0%} {_wilson(row['duplicate_ci'])}| "
+            f"{row['designed_valid']} | "
             f"{row['distinct_valid']:.0f} | {_fmt(row['designer_seconds_per_valid'], '.1f')} | "
             f"{row['short_per_hour']:.0f} |"
         )
@@ -343,6 +422,19 @@ def main(argv: list[str] | None = None) -> None:
         )
         if args.json:
             print(json.dumps({"references": references}))
+    print()
+    print("| designer | change named | designed | valid | copy | dup | constant set as named |")
+    print("|---|---|---|---|---|---|---|")
+    for designer in designers:
+        table = by_change(runs[designer])
+        for kind, c in sorted(table.items(), key=lambda kv: (-kv[1]["designed"], kv[0])):
+            named = "" if c["as_named"] is None else f"{c['as_named']} of {c['valid']}"
+            print(
+                f"| {designer} | {kind} | {c['designed']} | {c['valid']} | {c['copy']} | "
+                f"{c['duplicate']} | {named} |"
+            )
+        if args.json:
+            print(json.dumps({"designer": designer, "by_change": table}))
 
 
 if __name__ == "__main__":

@@ -134,3 +134,76 @@ def test_the_ac_task_sets_the_almgren_chriss_urgency_for_its_kappa_t():
     closed = bench_optimum.closed_form(cfg, val, targets)
     assert references["optimal"] == pytest.approx(-closed, rel=1e-4)
     assert references["twap"] < references["optimal"] - 0.01 * abs(closed)
+
+
+def test_novelty_pools_seeds_counts_with_a_wilson_interval():
+    reports = [
+        {"designed_valid": 40, "copy_rate": 2 / 40, "duplicate_rate": 3 / 40},
+        {"designed_valid": 10, "copy_rate": 0.0, "duplicate_rate": 1 / 10},
+    ]
+    out = bench_search.pooled_novelty(reports)
+    # 4 duplicates of 50: Wilson, z = 1.959964, centre (p + z^2/2n) / (1 + z^2/n),
+    # half-width z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n)
+    z, n, p = 1.959964, 50, 4 / 50
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert out["designed_valid"] == 50
+    assert out["copy_rate"] == pytest.approx(2 / 50) and out["duplicate_rate"] == pytest.approx(
+        0.08
+    )
+    assert out["duplicate_ci"] == pytest.approx([centre - half, centre + half], rel=1e-5)
+    none = bench_search.pooled_novelty([{"designed_valid": 0, "copy_rate": 0.0,
+                                         "duplicate_rate": 0.0}])  # fmt: skip
+    assert none == {"designed_valid": 0, "copy_rate": 0.0, "duplicate_rate": 0.0,
+                    "duplicate_ci": None}  # fmt: skip
+
+
+def test_novelty_by_the_change_each_prompt_named(tmp_path):
+    """A library seed, then answers to a constant's change (one sets the value named,
+    one another value and computes what the seed computes), to a dropped term (a renamed
+    copy of the program shown; an invalid one), to a prompt naming no change and to an
+    older run's sentence no template writes."""
+    seed = "W = 1.0\n\n\ndef reward(p, a, n, q):\n    return {'pa': W * n.x, 'end': 0.0}\n"
+    named = seed.replace("W = 1.0", "W = 0.5")
+    other = seed.replace("W = 1.0", "W = 2.0")
+    renamed = seed.replace("(p, a, n, q)", "(prev, a, n, q)")
+    fresh = "def reward(p, a, n, q):\n    return {'pa': n.x}\n"
+    older = "def reward(p, a, n, q):\n    return {'pa': 3.0 * n.x}\n"
+    outputs = {seed: 1.0, named: 0.5, other: 1.0, renamed: 1.0, fresh: 3.0, older: 4.0}
+
+    def probe(code, kind):
+        return {"t": np.array([outputs[code]])}
+
+    def prompt(hint):
+        shown = f"```python\n{seed}```\n"
+        line = f"Make this change to candidate j1-c0 (the last program above): {hint}"
+        return shown + (line if hint else "Write a better program.")
+
+    def cand(i, code, status="evaluated"):
+        return Candidate(f"j2-c{i}", 2, i, "reward", reward_code=code, status=status)
+
+    store = RunStore.create(tmp_path / "run", {"loop": {"score": "shortfall"}}, "")
+    store.add_proposals(1, [], [(None, Candidate("j1-c0", 1, 0, "reward", reward_code=seed,
+                                                 status="evaluated"))])  # fmt: skip
+    hints = [
+        "Change `W` from 1.0 to 0.5.",
+        "Drop the term 'end' and keep the others.",
+        None,
+        "Change `W` to a clearly different value, not 0.5 (tried already).",
+    ]
+    store.add_proposals(
+        2,
+        [("reward", "design", prompt(h), [], None) for h in hints],
+        [(0, cand(1, named)), (0, cand(2, other)), (1, cand(3, renamed)),
+         (1, cand(4, "def reward(:", "rejected")), (2, cand(5, fresh)), (3, cand(6, older))],
+    )  # fmt: skip
+    store.close()
+    table = bench_search.by_change([tmp_path / "run"], probe)
+    row = dict.fromkeys(("designed", "valid", "copy", "duplicate"), 0)
+    assert table == {
+        "constant": {**row, "designed": 2, "valid": 2, "duplicate": 1, "as_named": 1},
+        "drop a term": {**row, "designed": 2, "valid": 1, "copy": 1, "duplicate": 1,
+                        "as_named": None},
+        "none": {**row, "designed": 1, "valid": 1, "as_named": None},
+        "other": {**row, "designed": 1, "valid": 1, "as_named": None},
+    }  # fmt: skip

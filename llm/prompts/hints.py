@@ -53,21 +53,28 @@ the three index runs of 2026-11-30, one of them crossing a program with itself).
 kinds without a change to draw name none (a program with no constants for
 ``parameters``; the imagination, profiling and communication slots for ``form``; a
 crossover of two programs alike in those parts).
+
+Every sentence is written from a template of :data:`CHANGES`, so that a stored prompt's
+change reads back to its kind and fields (:func:`read_change`): ``bench_search.py`` splits
+a run's copies and duplicates by the change asked for.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import random
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 __all__ = [
     "ACTIVATIONS",
+    "CHANGES",
     "constants_by_term",
     "draw_hint",
     "new_values",
     "program_constants",
+    "read_change",
     "state_fields_read",
     "term_names",
     "values_tried",
@@ -75,6 +82,69 @@ __all__ = [
 
 #: The flax activations a network hint may name (``nn.<name>``).
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "swish", "leaky_relu", "softplus")
+
+CHANGES: dict[str, tuple[str, ...]] = {
+    "constant": ("Change `{name}` from {value} to {new}.",),
+    "drop a term": ("Drop the term '{term}' and keep the others.",),
+    "rework a term": ("Compute the term '{term}' another way (other formula or inputs).",),
+    "activation": ("Use `nn.{name}` as the activation of the hidden layers.",),
+    "layers": ("Add one more hidden layer.", "Use one hidden layer fewer (keep at least one)."),
+    "layer normalization": (
+        "Add `nn.LayerNorm()` before an activation.",
+        "Remove the layer normalization.",
+    ),
+    "skip or widths": (
+        "Add a skip connection: add a hidden layer's input to its output.",
+        "Give successive hidden layers different widths.",
+    ),
+    "crossover: a term": (
+        "Add the term '{term}' of the first program above (computed as there) and keep the others.",
+    ),
+    "crossover: a field": (
+        "Return one more term computed from `next_state.{name}` or `prev_state.{name}`, as "
+        "the first program above reads it.",
+    ),
+    "crossover: an activation": (
+        "Use `nn.{name}`, the activation of the first program above, in the hidden layers.",
+    ),
+    "crossover: layer normalization": (
+        "Add the layer normalization of the first program above (`nn.LayerNorm`).",
+    ),
+}
+"""The changes a hint names, by kind: the sentences' ``str.format`` templates (a kind
+is one of :func:`draw_hint`'s groups, except that a network's layer count and layer
+normalization are two)."""
+
+
+@functools.cache
+def _pattern(template: str) -> re.Pattern:
+    """A template's sentences: each ``{field}`` a named group (a repeat must be equal)."""
+    out, named = [], set()
+    for text, field in re.findall(r"([^{]*)(?:\{(\w+)\})?", template):
+        out.append(re.escape(text))
+        if field:
+            out.append(f"(?P={field})" if field in named else f"(?P<{field}>.+?)")
+            named.add(field)
+    return re.compile("".join(out))
+
+
+def read_change(sentence: str) -> tuple[str, dict[str, str]] | None:
+    """The kind and fields of a change :func:`draw_hint` named (:data:`CHANGES`).
+
+    Args:
+        sentence: a hint, e.g. read back from a prompt by
+            :func:`llm.prompts.search.named_change`.
+
+    Returns:
+        ``(kind, fields)``, e.g. ``("constant", {"name": "width", "value": "64",
+        "new": "32"})``; None for a sentence no template writes.
+    """
+    for kind, templates in CHANGES.items():
+        for template in templates:
+            found = _pattern(template).fullmatch(sentence)
+            if found:
+                return kind, found.groupdict()
+    return None
 
 
 def _parse(code: str) -> ast.Module | None:
@@ -257,7 +327,7 @@ def _constant_hints(
         live = set().union(*(c for t, c in by_term.items() if t not in inert_terms))
         skip = set().union(*by_term.values()) - live
     return [
-        f"Change `{name}` from {value} to {new}."
+        CHANGES["constant"][0].format(name=name, value=value, new=new)
         for name, value in program_constants(code)
         if name not in skip
         for new in new_values(value, tried.get(name, ()))
@@ -285,27 +355,21 @@ def _form_hints(module: str, code: str, inert_terms: frozenset[str]) -> list[lis
     if module == "reward":
         terms = [t for t in term_names(code) if t not in inert_terms]
         return [
-            [f"Drop the term '{term}' and keep the others." for term in terms],
-            [f"Compute the term '{term}' another way (other formula or inputs)." for term in terms],
+            [CHANGES["drop a term"][0].format(term=term) for term in terms],
+            [CHANGES["rework a term"][0].format(term=term) for term in terms],
         ]
     if module == "network":
         used = _flax_names(code)
+        add_norm, remove_norm = CHANGES["layer normalization"]
         return [
             [
-                f"Use `nn.{name}` as the activation of the hidden layers."
+                CHANGES["activation"][0].format(name=name)
                 for name in ACTIVATIONS
                 if name not in used
             ],
-            ["Add one more hidden layer.", "Use one hidden layer fewer (keep at least one)."],
-            [
-                "Add `nn.LayerNorm()` before an activation."
-                if "LayerNorm" not in used
-                else "Remove the layer normalization."
-            ],
-            [
-                "Add a skip connection: add a hidden layer's input to its output.",
-                "Give successive hidden layers different widths.",
-            ],
+            list(CHANGES["layers"]),
+            [add_norm if "LayerNorm" not in used else remove_norm],
+            list(CHANGES["skip or widths"]),
         ]
     return []
 
@@ -324,14 +388,12 @@ def _crossover_hints(
         read = state_fields_read(best)
         return [
             [
-                f"Add the term '{term}' of the first program above (computed as there) and "
-                "keep the others."
+                CHANGES["crossover: a term"][0].format(term=term)
                 for term in term_names(donor)
                 if term not in own and term not in inert_terms
             ],
             [
-                f"Return one more term computed from `next_state.{name}` or "
-                f"`prev_state.{name}`, as the first program above reads it."
+                CHANGES["crossover: a field"][0].format(name=name)
                 for name in sorted(state_fields_read(donor) - read - inert_fields)
             ],
         ]
@@ -340,11 +402,11 @@ def _crossover_hints(
         theirs = _flax_names(donor)
         return [
             [
-                f"Use `nn.{name}`, the activation of the first program above, in the hidden layers."
+                CHANGES["crossover: an activation"][0].format(name=name)
                 for name in ACTIVATIONS
                 if name in theirs and name not in used
             ],
-            ["Add the layer normalization of the first program above (`nn.LayerNorm`)."]
+            list(CHANGES["crossover: layer normalization"])
             if "LayerNorm" in theirs and "LayerNorm" not in used
             else [],
         ]

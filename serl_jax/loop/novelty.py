@@ -55,6 +55,7 @@ __all__ = [
     "canonical_program",
     "is_copy",
     "novelty",
+    "novelty_labels",
     "probe_constant_fields",
     "probe_outputs",
     "same_outputs",
@@ -307,13 +308,49 @@ def _same(a: Signature, b: Signature) -> bool:
     )
 
 
+def novelty_labels(
+    candidates: Iterable[Candidate],
+    prompts: Mapping[int, str],
+    slots: Iterable[str],
+    probe: Callable[[str, str], Mapping[str, np.ndarray]] = probe_outputs,
+) -> list[tuple[Candidate, bool, bool]]:
+    """Each valid candidate's novelty labels (module docstring), in run order.
+
+    Args:
+        candidates: the run's candidates in run order (invalid ones are skipped).
+        prompts: prompt text by prompt id (``RunStore.prompts``' ``id`` and ``prompt``).
+        slots: the slots a candidate trains with (``serl_jax.loop.outer.SLOTS``).
+        probe: ``(code, kind) -> outputs`` of a validated program (default
+            :func:`probe_outputs`).
+
+    Returns:
+        ``(candidate, copy, duplicate)`` per valid candidate: ``copy`` whether its module's
+        program is a copy of one its prompt showed (False without a prompt),
+        ``duplicate`` whether it computes what an earlier valid candidate computes.
+    """
+    slots, probe = tuple(slots), functools.cache(probe)  # a program is probed once
+    seen: list[Signature] = []
+    labels = []
+    for cand in candidates:
+        if cand.status not in VALID:
+            continue
+        prompt = prompts.get(cand.prompt_id) if cand.prompt_id is not None else None
+        copy = prompt is not None and is_copy(cand.slot_code(cand.module), prompt)
+        mine = _signature(cand, slots, probe)
+        duplicate = any(_same(mine, other) for other in seen)
+        if not duplicate:
+            seen.append(mine)
+        labels.append((cand, copy, duplicate))
+    return labels
+
+
 def novelty(
     candidates: Iterable[Candidate],
     prompts: Mapping[int, str],
     slots: Iterable[str],
     probe: Callable[[str, str], Mapping[str, np.ndarray]] = probe_outputs,
 ) -> dict[str, float | int]:
-    """The run's novelty figures (module docstring).
+    """The run's novelty figures (module docstring) from :func:`novelty_labels`.
 
     Args:
         candidates: the run's candidates in run order (invalid ones are skipped).
@@ -326,26 +363,12 @@ def novelty(
         ``{"copy_rate", "duplicate_rate", "designed_valid", "distinct_valid"}``: two
         fractions in [0, 1] and two counts.
     """
-    slots, probe = tuple(slots), functools.cache(probe)  # a program is probed once
-    valid = [c for c in candidates if c.status in VALID]
-    seen: list[Signature] = []
-    copies = duplicates = designed = distinct = 0
-    for cand in valid:
-        prompt = prompts.get(cand.prompt_id) if cand.prompt_id is not None else None
-        copy = prompt is not None and is_copy(cand.slot_code(cand.module), prompt)
-        mine = _signature(cand, slots, probe)
-        duplicate = any(_same(mine, other) for other in seen)
-        if not duplicate:
-            seen.append(mine)
-        if cand.prompt_id is not None:
-            designed += 1
-            copies += copy
-            duplicates += duplicate
-        distinct += not (copy or duplicate)
-    n = max(designed, 1)
+    labels = novelty_labels(candidates, prompts, slots, probe)
+    designed = [(copy, dup) for cand, copy, dup in labels if cand.prompt_id is not None]
+    n = max(len(designed), 1)
     return {
-        "copy_rate": copies / n,
-        "duplicate_rate": duplicates / n,
-        "designed_valid": designed,
-        "distinct_valid": distinct,
+        "copy_rate": sum(copy for copy, _ in designed) / n,
+        "duplicate_rate": sum(dup for _, dup in designed) / n,
+        "designed_valid": len(designed),
+        "distinct_valid": sum(not (copy or dup) for _, copy, dup in labels),
     }

@@ -9,10 +9,12 @@ import pytest
 from llm.prompts import search_prompt
 from llm.prompts.builder import _ANSWER_FORMAT
 from llm.prompts.hints import (
+    CHANGES,
     constants_by_term,
     draw_hint,
     new_values,
     program_constants,
+    read_change,
     state_fields_read,
     term_names,
     values_tried,
@@ -244,6 +246,39 @@ def test_a_crossover_carries_a_part_of_the_first_program_into_the_best():
     }
     # nothing the donor has that the best lacks: no change
     assert draw_hint("crossover", "network", [bare, NETWORK], rng) is None
+
+
+def test_every_change_drawn_reads_back_to_its_kind_and_fields():
+    """read_change inverts draw_hint: every sentence drawn from the hand-made programs, of
+    every kind of change, reads back to one kind and fields that write it again."""
+    donor = (
+        "def reward(prev_state, action, next_state, params):\n"
+        "    return {'pa': 1.0, 'carry': 2.0 * next_state.inventory}\n"
+    )
+    tanh = NETWORK.replace("nn.relu", "nn.tanh")
+    bare = NETWORK.replace("        h = nn.LayerNorm()(h)\n", "")
+    rng = random.Random(7)
+    drawn = {
+        draw_hint(kind, module, shots, rng)
+        for kind in ("better", "form", "parameters", "crossover")
+        for module, shots in (("reward", [donor, REWARD]), ("network", [tanh, bare]),
+                              ("network", [NETWORK]))
+        for _ in range(200)
+    } - {None}  # fmt: skip
+    read = {hint: read_change(hint) for hint in drawn}
+    assert {kind for kind, _ in read.values()} == set(CHANGES)
+    for hint, (kind, fields) in read.items():
+        assert hint in {template.format(**fields) for template in CHANGES[kind]}
+    assert read["Change `WEIGHT` from 0.3 to 0.15."] == (
+        "constant", {"name": "WEIGHT", "value": "0.3", "new": "0.15"},
+    )  # fmt: skip
+    assert read["Drop the term 'end' and keep the others."] == ("drop a term", {"term": "end"})
+    # a field named twice must be the same field; other text names no change
+    assert read_change(
+        "Return one more term computed from `next_state.cash` or `prev_state.time`, as the "
+        "first program above reads it."
+    ) is None  # fmt: skip
+    assert read_change("Write a better program.") is None
 
 
 def test_a_change_asked_of_the_program_before_is_not_drawn_again():

@@ -11,6 +11,7 @@ from serl_jax.loop.novelty import (
     canonical_program,
     is_copy,
     novelty,
+    novelty_labels,
     probe_outputs,
     same_outputs,
     shown_programs,
@@ -159,6 +160,11 @@ def test_rates_by_hand():
     assert figures == {
         "copy_rate": 1 / 4, "duplicate_rate": 2 / 4, "designed_valid": 4, "distinct_valid": 3,
     }  # fmt: skip
+    labels = novelty_labels(cands, {1: prompt}, ("reward", "network", "imagination"), probe)
+    assert [(c.id, copy, dup) for c, copy, dup in labels] == [
+        ("c0", False, False), ("c1", True, True), ("c2", False, False), ("c3", False, False),
+        ("c4", False, True),
+    ]  # fmt: skip
     # a library seed (no prompt) duplicating c0 is a duplicate, but not the designer's
     seed = cand(6, "reward", RENAMED, prompt_id=None)
     figures = novelty([*cands, seed], {1: prompt}, ("reward", "network", "imagination"), probe)
