@@ -30,7 +30,10 @@ answered such a hint (a ``TERMINAL_BPS`` change, three times: the env trades wha
 at the last step, so the terminal term is zero; a term on ``pace``, zero at one-minute
 steps). So :func:`draw_hint` leaves out the terms the caller names inert (zero on the
 probe), the constants that feed only those terms, and the fields it names inert (one value
-over the probe: :func:`serl_jax.loop.novelty.probe_constant_fields`).
+over the probe: :func:`serl_jax.loop.novelty.probe_constant_fields`). Nor does it drop a
+term whose drop would return a program the run has (``known_drops``): in the 1.5B's
+float32 index seed 1 of 2026-12-01, 2 of the 3 functional duplicates that were not
+copies dropped a term and got back the default reward or a program of round 2.
 
 A change named once does not tell the model what the run has tried: two of the 9
 duplicates of the 1.5B's int8 index runs of 2026-12-01 answered a change the run had
@@ -350,12 +353,18 @@ def values_tried(codes: Iterable[str]) -> dict[str, set[str]]:
     return tried
 
 
-def _form_hints(module: str, code: str, inert_terms: frozenset[str]) -> list[list[str]]:
+def _form_hints(
+    module: str, code: str, inert_terms: frozenset[str], known_drops: frozenset[str]
+) -> list[list[str]]:
     """The changes of form one program allows, in groups drawn with equal weight."""
     if module == "reward":
         terms = [t for t in term_names(code) if t not in inert_terms]
         return [
-            [CHANGES["drop a term"][0].format(term=term) for term in terms],
+            [
+                CHANGES["drop a term"][0].format(term=term)
+                for term in terms
+                if term not in known_drops
+            ],
             [CHANGES["rework a term"][0].format(term=term) for term in terms],
         ]
     if module == "network":
@@ -422,6 +431,7 @@ def draw_hint(
     inert_terms: frozenset[str] = frozenset(),
     inert_fields: frozenset[str] = frozenset(),
     donor_inert_terms: frozenset[str] = frozenset(),
+    known_drops: frozenset[str] = frozenset(),
     asked: Collection[str] = frozenset(),
     tried: Mapping[str, Collection[str]] | None = None,
 ) -> str | None:
@@ -446,6 +456,9 @@ def draw_hint(
             probe: none is carried into the best.
         donor_inert_terms: (reward, ``crossover``) the first shown program's terms that
             are zero on the probe: none is carried into the best.
+        known_drops: (reward) the best program's terms whose drop would return a program
+            the run has (the same outputs on the probe:
+            :func:`serl_jax.loop.novelty.without_term`): none is dropped.
         asked: changes named already to a program equal to the best (sentences as
             returned): none is drawn again.
         tried: values the run's programs of the module give each named constant
@@ -464,7 +477,7 @@ def draw_hint(
     if kind in ("better", "parameters"):
         groups.append(_constant_hints(module, best, inert_terms, tried or {}))
     if kind in ("better", "form"):
-        groups += _form_hints(module, best, inert_terms)
+        groups += _form_hints(module, best, inert_terms, known_drops)
     groups = [[h for h in g if h not in asked] for g in groups]
     groups = [g for g in groups if g]
     return rng.choice(rng.choice(groups)) if groups else None

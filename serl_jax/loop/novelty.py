@@ -60,6 +60,7 @@ __all__ = [
     "probe_outputs",
     "same_outputs",
     "shown_programs",
+    "without_term",
 ]
 
 RTOL = 1e-6
@@ -286,6 +287,32 @@ def same_outputs(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bo
         if float(np.abs(x - y).max(initial=0.0)) > RTOL * scale:
             return False
     return True
+
+
+def without_term(outputs: Mapping[str, np.ndarray], term: str) -> dict[str, np.ndarray]:
+    """A reward's probe outputs with one term dropped and the others computed as before:
+    what the probe would see of the program asked to "drop the term".
+
+    Args:
+        outputs: a reward's :func:`probe_outputs` (its terms and ``"total"``), float32
+            ``[64]`` each.
+        term: one of its terms (not ``"total"``).
+
+    Returns:
+        The other terms, and ``"total"`` their sum (zeros with no term left). The sum
+        runs in the outputs' key order, which may not be the program's: the two differ by
+        float32 rounding, far inside :data:`RTOL`.
+
+    Raises:
+        KeyError: ``term`` is not a term of ``outputs``.
+    """
+    if term == "total" or term not in outputs:
+        raise KeyError(f"{term!r} is not a term of the outputs ({', '.join(outputs)})")
+    kept = {name: x for name, x in outputs.items() if name not in (term, "total")}
+    total = np.zeros_like(outputs["total"])
+    for i, x in enumerate(kept.values()):
+        total = x if i == 0 else total + x
+    return {**kept, "total": total}
 
 
 Signature = tuple[str | Mapping[str, np.ndarray], ...]

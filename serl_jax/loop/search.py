@@ -19,8 +19,10 @@ no island is shown the same fixed example. Each later round j:
    that differs from it (Liu et al. 2024, "Evolution of Heuristics"). With
    ``search.hints`` (the default) a ``better``, ``form`` or ``parameters`` prompt ends by
    naming one change to the best program it shows, one the novelty probe can see
-   (:func:`llm.prompts.hints.draw_hint`); a ``parameters`` prompt whose program has no
-   such constant asks for a change of ``form`` instead. A change the run has named
+   (:func:`llm.prompts.hints.draw_hint`), and no dropped term that would return a reward
+   program the run has; a ``parameters`` prompt whose program has no such constant, or a
+   ``crossover`` whose first program has no part the best lacks, asks for a change of
+   ``form`` instead. A change the run has named
    already to the same program (same canonical code, this round included) is not named
    again, and a constant's change names the values the run's programs have given it.
    A prompt whose text the run has asked already (this round included) is drawn again,
@@ -79,6 +81,7 @@ from serl_jax.loop.novelty import (
     probe_constant_fields,
     probe_outputs,
     same_outputs,
+    without_term,
 )
 from serl_jax.loop.outer import REFERENCE_ID, SLOTS, SERLLoop, _designed_slots
 from serl_jax.loop.store import Candidate, IterationSummary
@@ -222,14 +225,16 @@ class SERLSearch(SERLLoop):
 
         cands = self.store.candidates()
         changes, tried = self._changes_asked(cands), self._values_tried(cands)
+        known = self._reward_outputs(cands) if "reward" in self.loop.modules else []
 
         def draw(island: int, module: str) -> tuple[str, list[Program], str]:
             kind, shots = self._ask_kind(db, island, module, reference, rng)
             key = (module, canonical_program(in_prompt_order(shots)[-1].code))
             asked_of = changes.setdefault(key, set())
             kind, hint = self._kind_and_hint(
-                kind, module, shots, hint_rng, asked=asked_of, tried=tried.get(module)
-            )
+                kind, module, shots, hint_rng, asked=asked_of, tried=tried.get(module),
+                known=known,
+            )  # fmt: skip
             if hint is not None:
                 asked_of.add(hint)
             text = search_prompt(
@@ -291,6 +296,12 @@ class SERLSearch(SERLLoop):
         valid = [c for c in cands if c.status in VALID]
         return {m: values_tried(c.slot_code(m) for c in valid) for m in self.loop.modules}
 
+    def _reward_outputs(self, cands: list[Candidate]) -> list[dict]:
+        """The novelty probe's outputs of the reward programs of the run's valid
+        ``cands`` (each code once)."""
+        codes = dict.fromkeys(c.reward_code for c in cands if c.status in VALID)
+        return [self._probe(code, "reward") for code in codes]
+
     def _kind_and_hint(
         self,
         kind: str,
@@ -299,18 +310,22 @@ class SERLSearch(SERLLoop):
         rng: random.Random,
         asked: Collection[str] = frozenset(),
         tried: Mapping[str, Collection[str]] | None = None,
+        known: Sequence[Mapping[str, np.ndarray]] = (),
     ) -> tuple[str, str | None]:
         """The prompt's kind and the change it names (None: none, or ``search.hints`` off;
         ``asked``, ``tried``: as :func:`llm.prompts.hints.draw_hint`'s, for the best shown
-        program). With hints, a ``parameters`` prompt whose program has no constant the
-        probe can see asks for a change of ``form`` instead: other parameters of it could
-        only return it (the 1.5B did, in index seed 1 of 2026-11-30)."""
+        program; ``known``: the probe outputs of the run's reward programs, which no
+        dropped term may return). With hints, a ``parameters`` prompt whose program has
+        no constant the probe can see, or a ``crossover`` whose first program has no part
+        the best lacks, asks for a change of ``form`` of the best instead: other
+        parameters of it, or a combination of the two, could only return it (the 1.5B
+        did, in index seed 1 of 2026-11-30 and the float32 seed 1 of 2026-12-01)."""
         if not self.search.hints:
             return kind, None
-        hint = self._hint(kind, module, shots, rng, asked, tried)
-        if hint is None and kind == "parameters":
+        hint = self._hint(kind, module, shots, rng, asked, tried, known)
+        if hint is None and kind in ("parameters", "crossover"):
             kind = "form"
-            hint = self._hint(kind, module, shots, rng, asked, tried)
+            hint = self._hint(kind, module, shots, rng, asked, tried, known)
         return kind, hint
 
     def _hint(
@@ -321,11 +336,14 @@ class SERLSearch(SERLLoop):
         rng: random.Random,
         asked: Collection[str] = frozenset(),
         tried: Mapping[str, Collection[str]] | None = None,
+        known: Sequence[Mapping[str, np.ndarray]] = (),
     ) -> str | None:
         """The change a prompt names (:func:`llm.prompts.hints.draw_hint`), leaving out
         what the novelty probe cannot see: a reward's terms that are zero on it (the best
         shown program's, and for a crossover the first one's) and the state fields with
-        one value over it; and the changes in ``asked``."""
+        one value over it; the best reward's terms whose drop gives the outputs of a
+        program in ``known`` (:func:`serl_jax.loop.novelty.without_term`); and the changes
+        in ``asked``."""
         codes = [s.code for s in in_prompt_order(shots)]
 
         def inert(code: str) -> frozenset[str]:
@@ -334,10 +352,19 @@ class SERLSearch(SERLLoop):
             return frozenset(n for n, v in self._probe(code, module).items() if not np.any(v))
 
         donor = inert(codes[0]) if kind == "crossover" and len(codes) > 1 else frozenset()
+        drops = frozenset()
+        if module == "reward" and known and kind in ("better", "form"):
+            best = self._probe(codes[-1], module)
+            drops = frozenset(
+                term
+                for term in best
+                if term != "total"
+                and any(same_outputs(without_term(best, term), other) for other in known)
+            )
         return draw_hint(
             kind, module, codes, rng,
             inert_terms=inert(codes[-1]), inert_fields=probe_constant_fields(),
-            donor_inert_terms=donor, asked=asked, tried=tried,
+            donor_inert_terms=donor, known_drops=drops, asked=asked, tried=tried,
         )  # fmt: skip
 
     def _ask_kind(

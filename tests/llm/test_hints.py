@@ -281,6 +281,19 @@ def test_every_change_drawn_reads_back_to_its_kind_and_fields():
     assert read_change("Write a better program.") is None
 
 
+def test_a_drop_the_run_has_is_not_named():
+    """known_drops: dropping 'pa2' would return a program the run has, so it is not
+    asked for; its other changes still are."""
+    rng = random.Random(8)
+    drawn = {
+        draw_hint("form", "reward", [REWARD], rng, known_drops=frozenset({"pa2"}))
+        for _ in range(300)
+    }
+    assert "Drop the term 'pa2' and keep the others." not in drawn
+    assert "Drop the term 'pa' and keep the others." in drawn
+    assert "Compute the term 'pa2' another way (other formula or inputs)." in drawn
+
+
 def test_a_change_asked_of_the_program_before_is_not_drawn_again():
     """The network's form changes but one were asked of it already: that one is drawn
     every time; with all asked, a form prompt names none."""

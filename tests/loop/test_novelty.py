@@ -15,6 +15,7 @@ from serl_jax.loop.novelty import (
     probe_outputs,
     same_outputs,
     shown_programs,
+    without_term,
 )
 from serl_jax.loop.store import Candidate
 
@@ -179,3 +180,29 @@ def test_rates_by_hand():
 def test_the_default_program_is_shown_and_recognized():
     prompt = design_prompt("reward", "MACRO", "Improve it.")
     assert is_copy(DEFAULT_CODE["reward"], prompt)
+
+
+def test_a_dropped_terms_outputs_by_hand():
+    outputs = {
+        "a": np.array([1.0, 2.0], np.float32),
+        "b": np.array([3.0, -4.0], np.float32),
+        "c": np.array([0.5, 0.5], np.float32),
+        "total": np.array([4.5, -1.5], np.float32),
+    }
+    out = without_term(outputs, "b")
+    assert list(out) == ["a", "c", "total"]
+    assert out["total"].tolist() == [1.5, 2.5] and out["a"] is outputs["a"]
+    alone = without_term({"a": outputs["a"], "total": outputs["a"]}, "a")
+    assert list(alone) == ["total"] and alone["total"].tolist() == [0.0, 0.0]
+    for bad in ("total", "missing"):
+        with pytest.raises(KeyError, match=f"'{bad}' is not a term of the outputs"):
+            without_term(outputs, bad)
+
+
+def test_a_dropped_term_computes_what_the_program_without_it_computes():
+    """The probe's outputs of a program asked to drop a term are without_term's."""
+    more = REWARD.replace("return {", "return {'extra': next_state.inventory * 1e-3, ")
+    one = probe_outputs(REWARD, "reward")
+    assert "extra" in probe_outputs(more, "reward")
+    assert same_outputs(without_term(probe_outputs(more, "reward"), "extra"), one)
+    assert not same_outputs(without_term(one, "fill"), one)

@@ -612,3 +612,57 @@ def test_a_crossover_hint_leaves_out_the_first_programs_inert_terms():
     assert {kind for kind, _ in hints} == {"crossover"}
     assert any("'carry'" in hint for _, hint in hints)
     assert not any("'flat'" in hint for _, hint in hints)
+
+
+def test_a_dropped_term_that_returns_a_program_of_the_run_is_not_named():
+    """A reward with a term 'extra' added to a program the run has: dropping 'extra'
+    would return that program, so no form change drops it; without the run's program
+    known, one does."""
+    from serl_jax.loop.islands import Program
+    from serl_jax.loop.novelty import probe_outputs
+    from serl_jax.loop.search import SERLSearch
+
+    base = (
+        "def reward(prev_state, action, next_state, params):\n"
+        "    held = next_state.inventory * 1e-3\n"
+        "    return {'held': held, 'twice': 2.0 * held + next_state.time}\n"
+    )
+    more = base.replace("return {", "return {'extra': held * held, ")
+    shots = [Program("m", "reward", more, 1.0)]
+    search = SimpleNamespace(search=SimpleNamespace(hints=True), _probe=probe_outputs)
+    search._hint = lambda *args: SERLSearch._hint(search, *args)
+    known = [probe_outputs(base, "reward")]
+
+    def drawn(known):
+        rng = random.Random(3)
+        return {
+            SERLSearch._kind_and_hint(search, "form", "reward", shots, rng, known=known)[1]
+            for _ in range(200)
+        }
+
+    drop = "Drop the term 'extra' and keep the others."
+    assert drop not in drawn(known)
+    assert "Drop the term 'held' and keep the others." in drawn(known)
+    assert drop in drawn([])
+
+
+def test_a_crossover_with_nothing_to_carry_asks_for_a_form():
+    """With hints, a crossover of two networks alike in their activation and layer
+    normalization (only widths differ) names no part to carry: it becomes ``form`` of the
+    best, with a change of form named."""
+    from serl_jax.loop.islands import Program
+    from serl_jax.loop.search import SERLSearch
+
+    wide = DEFAULT_CODE["network"].replace("64", "256")
+    shots = [
+        Program("w", "network", wide, 0.5),
+        Program("d", "network", DEFAULT_CODE["network"], 1.0),
+    ]
+    search = SimpleNamespace(search=SimpleNamespace(hints=True))
+    search._hint = lambda *args: SERLSearch._hint(search, *args)
+    for seed in range(10):
+        kind, hint = SERLSearch._kind_and_hint(
+            search, "crossover", "network", shots, random.Random(seed)
+        )
+        assert kind == "form" and hint is not None and "first program above" not in hint
+        assert not hint.startswith("Change `")
