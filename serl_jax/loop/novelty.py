@@ -377,14 +377,8 @@ def novelty(
     slots: Iterable[str],
     probe: Callable[[str, str], Mapping[str, np.ndarray]] = probe_outputs,
 ) -> dict[str, float | int]:
-    """The run's novelty figures (module docstring) from :func:`novelty_labels`.
-
-    Args:
-        candidates: the run's candidates in run order (invalid ones are skipped).
-        prompts: prompt text by prompt id (``RunStore.prompts``' ``id`` and ``prompt``).
-        slots: the slots a candidate trains with (``serl_jax.loop.outer.SLOTS``).
-        probe: ``(code, kind) -> outputs`` of a validated program (default
-            :func:`probe_outputs`).
+    """The run's novelty figures (module docstring) from :func:`novelty_labels`, whose
+    arguments it takes.
 
     Returns:
         ``{"copy_rate", "duplicate_rate", "designed_valid", "distinct_valid"}``: two
