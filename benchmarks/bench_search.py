@@ -65,7 +65,7 @@ from llm.prompts.search import named_change  # noqa: E402
 from serl_jax import train  # noqa: E402
 from serl_jax.cli import parse_command_line  # noqa: E402
 from serl_jax.loop import RunStore  # noqa: E402
-from serl_jax.loop.novelty import novelty_labels  # noqa: E402
+from serl_jax.loop.novelty import novelty_labels, probe_outputs  # noqa: E402
 from serl_jax.loop.outer import SLOTS  # noqa: E402
 from serl_jax.loop.search import SEED_ROUND  # noqa: E402
 
@@ -92,14 +92,12 @@ def curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(len(values)), out
 
 
-def by_change(
-    run_dirs: list[Path], probe=None
-) -> dict[str, dict[str, int | None]]:  # fmt: skip
+def by_change(run_dirs: list[Path], probe=probe_outputs) -> dict[str, dict[str, int | None]]:
     """Novelty by the kind of change each designed candidate's prompt named, over runs.
 
     Args:
         run_dirs: run stores (one designer's seeds).
-        probe: :func:`serl_jax.loop.novelty.novelty_labels`' probe (default: its own).
+        probe: :func:`serl_jax.loop.novelty.novelty_labels`' probe.
 
     Returns:
         ``{kind: {"designed", "valid", "copy", "duplicate", "as_named"}}`` (counts): kind
@@ -116,9 +114,8 @@ def by_change(
             prompts = {row["id"]: row["prompt"] for row in store.prompts()}
         finally:
             store.close()
-        extra = {} if probe is None else {"probe": probe}
         labels = {
-            c.id: (copy, dup) for c, copy, dup in novelty_labels(cands, prompts, SLOTS, **extra)
+            c.id: (copy, dup) for c, copy, dup in novelty_labels(cands, prompts, SLOTS, probe)
         }
         for cand in cands:
             if cand.prompt_id is None:

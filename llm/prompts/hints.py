@@ -68,6 +68,7 @@ import ast
 import functools
 import random
 import re
+import string
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 __all__ = [
@@ -123,7 +124,7 @@ normalization are two)."""
 def _pattern(template: str) -> re.Pattern:
     """A template's sentences: each ``{field}`` a named group (a repeat must be equal)."""
     out, named = [], set()
-    for text, field in re.findall(r"([^{]*)(?:\{(\w+)\})?", template):
+    for text, field, _, _ in string.Formatter().parse(template):
         out.append(re.escape(text))
         if field:
             out.append(f"(?P={field})" if field in named else f"(?P<{field}>.+?)")

@@ -309,10 +309,7 @@ def without_term(outputs: Mapping[str, np.ndarray], term: str) -> dict[str, np.n
     if term == "total" or term not in outputs:
         raise KeyError(f"{term!r} is not a term of the outputs ({', '.join(outputs)})")
     kept = {name: x for name, x in outputs.items() if name not in (term, "total")}
-    total = np.zeros_like(outputs["total"])
-    for i, x in enumerate(kept.values()):
-        total = x if i == 0 else total + x
-    return {**kept, "total": total}
+    return {**kept, "total": sum(kept.values(), np.zeros_like(outputs["total"]))}
 
 
 Signature = tuple[str | Mapping[str, np.ndarray], ...]

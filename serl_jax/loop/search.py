@@ -225,7 +225,8 @@ class SERLSearch(SERLLoop):
 
         cands = self.store.candidates()
         changes, tried = self._changes_asked(cands), self._values_tried(cands)
-        known = self._reward_outputs(cands) if "reward" in self.loop.modules else []
+        hinted = self.search.hints and "reward" in self.loop.modules
+        known = self._reward_outputs(cands) if hinted else []
 
         def draw(island: int, module: str) -> tuple[str, list[Program], str]:
             kind, shots = self._ask_kind(db, island, module, reference, rng)
