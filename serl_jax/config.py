@@ -488,6 +488,9 @@ class SearchConfig:
         short_fraction: the short stage's share of ``ppo.total_timesteps``, in (0, 1).
         promote: the share of a round's short-stage candidates, best first, that go on to
             full training, in (0, 1): ``max(1, floor(promote * n))`` of n.
+        library: the design library's programs (:func:`llm.designs.library`, by name)
+            that seed the islands in round 1; empty: all of them. A short list makes a
+            small budget's run start sooner (every seed is validated and trained first).
         islands: islands of the program database (FunSearch, Romera-Paredes et al. 2024).
         island_capacity: programs kept per module on each island (the best by score).
         shots: programs of its island a ``better`` prompt shows, in ascending score.
@@ -541,6 +544,15 @@ class SearchConfig:
         for key in ("round_candidates", "islands", "island_capacity", "shots"):
             if getattr(self, key) < 1:
                 raise ValueError(f"search.{key}: must be >= 1, got {getattr(self, key)}")
+        if self.library:
+            from llm.designs import library
+
+            names = [d.name for kind in LOOP_MODULES for d in library(kind)]
+            unknown = [n for n in self.library if n not in names]
+            if unknown:
+                raise ValueError(
+                    f"search.library: unknown program {unknown[0]!r}; expected some of {names}"
+                )
         if self.reset_every < 0:
             raise ValueError(f"search.reset_every: must be >= 0, got {self.reset_every}")
         mix = self.prompt_mix
@@ -557,6 +569,7 @@ class SearchConfig:
     stages: tuple[str, ...] = SEARCH_STAGES
     short_fraction: float = 0.25
     promote: float = 0.125
+    library: tuple[str, ...] = ()
     islands: int = 4
     island_capacity: int = 8
     shots: int = 3

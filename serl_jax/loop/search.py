@@ -411,8 +411,9 @@ class SERLSearch(SERLLoop):
         return db.shots(island, module, self.search.shots, rng)
 
     def _propose_library(self) -> None:
-        """Round 1: every library program of each designed module, dealt to the islands
-        in turn (the framework's default, the reference's, left out)."""
+        """Round 1: every library program of each designed module (those
+        ``search.library`` names, if any), dealt to the islands in turn (the framework's
+        default, the reference's, left out)."""
         reference = next(c for c in self.store.candidates(0) if c.id == REFERENCE_ID)
         incumbent = self.best()
         candidates = []
@@ -420,7 +421,8 @@ class SERLSearch(SERLLoop):
         for module in self.loop.modules:
             default = program_text(reference.slot_code(module))
             for design in library(module):
-                if program_text(design.code) == default:
+                chosen = not self.search.library or design.name in self.search.library
+                if not chosen or program_text(design.code) == default:
                     continue
                 completion = f"Library program {design.name}.\n```python\n{design.code}```\n"
                 cand = self._candidate(

@@ -10,6 +10,7 @@ the second time it is an exact duplicate).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -21,7 +22,6 @@ from types import SimpleNamespace
 import pytest
 
 from llm.backends.offline import parse_candidates
-from llm.designs import library
 from llm.parsing import program_text
 from llm.prompts import DEFAULT_CODE
 from serl_jax import train
@@ -154,6 +154,7 @@ def test_short_and_full_agreement_by_hand():
         ("search.budget_minutes=0", "search.budget_minutes"),
         ("search.budget_minutes=-5", "search.budget_minutes"),
         ("search.budget_candidates=0", "search.budget_candidates"),
+        ("search.library=[clipped_pa,no_such_program]", "search.library"),
         ("search.stages=[validation,trial,medium,full]", "search.stages"),
         ("search.stages=[validation,trial,full,short]", "search.stages"),
         ("search.stages=[validation,trial]", "search.stages"),
@@ -236,15 +237,22 @@ def _fence(code: str) -> str:
     return f"A new program:\n```python\n{code}```\n"
 
 
+# Round 1's library seeds: pa_penalty computes the default reward's terms (a functional
+# duplicate of the reference), the other two are trained.
+SEEDS = ("pa_penalty", "clipped_pa", "implementation_shortfall")
+
+
 def _scripted_search(tmp: Path, completions: dict[str, list[str]], *options: str) -> list[str]:
-    """``train`` arguments of a tiny reward-only search whose designer cycles through
-    ``completions`` (a scripted backend's keyed queues), with ``options`` added."""
+    """``train`` arguments of a tiny reward-only search, seeded with :data:`SEEDS`, whose
+    designer cycles through ``completions`` (a scripted backend's keyed queues), with
+    ``options`` added."""
     script = tmp / "script.json"
     script.write_text(json.dumps({"completions": completions, "cycle": True}))
     return [
         "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
         "--llm", f"scripted:{script}", "--modules", "reward", "search.islands=2",
-        "loop.candidate_batch=8", "loop.train_budget_s=0", "eval.n_bootstrap=100", *options,
+        f"search.library=[{','.join(SEEDS)}]", "loop.candidate_batch=8",
+        "loop.train_budget_s=0", "eval.n_bootstrap=100", *options,
     ]  # fmt: skip
 
 
@@ -286,9 +294,11 @@ def search_run(tmp_path_factory):
 
 def test_a_killed_search_resumes_without_training_a_finished_stage_again(search_run):
     run_dir, jobs, before = search_run
-    seeds = [d for d in library("reward") if d.code != DEFAULT_CODE["reward"]]
+    store = RunStore.open(run_dir)
+    # round 1: the library seeds search.library names, none other
+    assert [c.instruction for c in store.candidates(1)] == [f"library program {n}" for n in SEEDS]
     round1 = [cid for cid in before if cid.startswith("j1-")]
-    assert len(round1) == len(seeds)
+    assert len(round1) == len(SEEDS)
     # killed in round 1's full stage: every seed had its short stage, none its full one
     assert all(before[c][0] == "screened" and "full" not in before[c][1] for c in round1)
     trained = [name for job in jobs for name in job]
@@ -297,7 +307,6 @@ def test_a_killed_search_resumes_without_training_a_finished_stage_again(search_
     for name in killed_job:  # the killed job trained nothing
         once.remove(name)
     assert Counter(once).most_common(1)[0][1] == 1
-    store = RunStore.open(run_dir)
     for c in store.candidates():
         for stage, entry in c.stages.items():
             if entry.get("score") is not None and not entry.get("duplicate_of"):
@@ -603,7 +612,7 @@ def test_a_crossover_hint_leaves_out_the_first_programs_inert_terms():
     ]
     assert not probe_outputs(donor, "reward")["flat"].any()
     search = SimpleNamespace(search=SimpleNamespace(hints=True))
-    search._probe = probe_outputs
+    search._probe = functools.cache(probe_outputs)  # as SERLSearch._probe: once per code
     search._hint = lambda *args: SERLSearch._hint(search, *args)
     rng = random.Random(2)
     hints = [
@@ -629,7 +638,10 @@ def test_a_dropped_term_that_returns_a_program_of_the_run_is_not_named():
     )
     more = base.replace("return {", "return {'extra': held * held, ")
     shots = [Program("m", "reward", more, 1.0)]
-    search = SimpleNamespace(search=SimpleNamespace(hints=True), _probe=probe_outputs)
+    # probes cached once per code, as SERLSearch._probe does
+    search = SimpleNamespace(
+        search=SimpleNamespace(hints=True), _probe=functools.cache(probe_outputs)
+    )
     search._hint = lambda *args: SERLSearch._hint(search, *args)
     known = [probe_outputs(base, "reward")]
 
