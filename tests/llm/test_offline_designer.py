@@ -42,7 +42,7 @@ PROGRAMS = Path(__file__).parent / "programs"
 # Every program validated here must pass, so with the loop's own limits: a network's
 # validation takes 8.4 s of CPU on an idle 2-core EPYC and more beside a loaded test run
 # (a 10 s limit refused the default network in CI, 2026-12-01).
-OK_LIMITS = Limits()
+TEST_LIMITS = Limits()
 LIBRARY = [(d.kind, d) for kind in ("reward", "network") for d in library(kind)]
 MODULE = {
     "reward": "LLM4Reward",
@@ -105,7 +105,7 @@ def library_results():
     """Full validation (static + sandboxed runtime) of every library program, 2 at a time."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
-            (kind, d.name): pool.submit(validate, d.code, kind, limits=OK_LIMITS)
+            (kind, d.name): pool.submit(validate, d.code, kind, limits=TEST_LIMITS)
             for kind, d in LIBRARY
         }
         return {key: f.result() for key, f in futures.items()}
@@ -566,7 +566,7 @@ def test_profile_and_communication_answers_pass_the_full_validator():
         ("profiling", code_of(moved[0])),
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        jobs = [pool.submit(validate, code, kind, limits=OK_LIMITS) for kind, code in answers]
+        jobs = [pool.submit(validate, code, kind, limits=TEST_LIMITS) for kind, code in answers]
         verdicts = [job.result() for job in jobs]
     for (kind, code), verdict in zip(answers, verdicts, strict=True):
         assert verdict.ok, (kind, verdict.reason, code)
@@ -673,7 +673,7 @@ def test_search_crossover_adds_a_term_of_the_other_reward():
     assert "TARGET_RATE = 0.1  # participation" in answers[0]
     # the carried code runs: both answers pass the full validator
     with ThreadPoolExecutor(max_workers=2) as pool:
-        verdicts = list(pool.map(lambda c: validate(c, "reward", limits=OK_LIMITS), answers))
+        verdicts = list(pool.map(lambda c: validate(c, "reward", limits=TEST_LIMITS), answers))
     assert all(v.ok for v in verdicts), [v.reason for v in verdicts]
 
 
