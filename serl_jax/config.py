@@ -491,6 +491,8 @@ class SearchConfig:
         library: the design library's programs (:func:`llm.designs.library`, by name)
             that seed the islands in round 1; empty: all of them. A short list makes a
             small budget's run start sooner (every seed is validated and trained first).
+            Names are checked against the designed modules' programs before a run folder
+            exists (:func:`serl_jax.loop.search.seed_designs`).
         islands: islands of the program database (FunSearch, Romera-Paredes et al. 2024).
         island_capacity: programs kept per module on each island (the best by score).
         shots: programs of its island a ``better`` prompt shows, in ascending score.
@@ -544,15 +546,6 @@ class SearchConfig:
         for key in ("round_candidates", "islands", "island_capacity", "shots"):
             if getattr(self, key) < 1:
                 raise ValueError(f"search.{key}: must be >= 1, got {getattr(self, key)}")
-        if self.library:
-            from llm.designs import library
-
-            names = [d.name for kind in LOOP_MODULES for d in library(kind)]
-            unknown = [n for n in self.library if n not in names]
-            if unknown:
-                raise ValueError(
-                    f"search.library: unknown program {unknown[0]!r}; expected some of {names}"
-                )
         if self.reset_every < 0:
             raise ValueError(f"search.reset_every: must be >= 0, got {self.reset_every}")
         mix = self.prompt_mix

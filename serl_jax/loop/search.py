@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from llm.designs import library
+from llm.designs import Design, library
 from llm.parsing import program_text
 from llm.prompts import repeat_prompt, search_prompt
 from llm.prompts.hints import draw_hint, values_tried
@@ -86,7 +86,7 @@ from serl_jax.loop.novelty import (
 from serl_jax.loop.outer import REFERENCE_ID, SLOTS, SERLLoop, _designed_slots
 from serl_jax.loop.store import Candidate, IterationSummary
 
-__all__ = ["REDRAWS", "SEED_ROUND", "SERLSearch", "round_asks"]
+__all__ = ["REDRAWS", "SEED_ROUND", "SERLSearch", "round_asks", "seed_designs"]
 
 SEED_ROUND = 1
 """The round whose candidates are the design library's programs."""
@@ -96,6 +96,30 @@ REDRAWS = 8
 the run has asked already: the same prompt sampled again often gives the same program
 (the 1.5B's Almgren-Chriss seed 0: one network prompt asked five times gave three
 functional duplicates; 4 of the run's 8 answered a prompt asked before)."""
+
+
+def seed_designs(modules: Sequence[str], names: Collection[str]) -> list[Design]:
+    """The library programs that seed round 1: the designed modules' programs
+    (:func:`llm.designs.library`), in library order, only those ``names`` lists when it
+    is not empty (``search.library``).
+
+    Args:
+        modules: the designed modules (``loop.modules``).
+        names: program names; empty: all of the modules' programs.
+
+    Raises:
+        ValueError: a name that no designed module's program has, as one line naming
+            ``search.library``.
+    """
+    designs = [d for module in modules for d in library(module)]
+    known = [d.name for d in designs]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(
+            f"search.library: unknown program {unknown[0]!r} for modules {list(modules)}; "
+            f"expected some of {known}"
+        )
+    return [d for d in designs if not names or d.name in names]
 
 
 def round_asks(
@@ -418,12 +442,10 @@ class SERLSearch(SERLLoop):
         incumbent = self.best()
         candidates = []
         idx = 0
-        for module in self.loop.modules:
-            default = program_text(reference.slot_code(module))
-            for design in library(module):
-                chosen = not self.search.library or design.name in self.search.library
-                if not chosen or program_text(design.code) == default:
-                    continue
+        defaults = {m: program_text(reference.slot_code(m)) for m in self.loop.modules}
+        for design in seed_designs(self.loop.modules, self.search.library):
+            module = design.kind
+            if program_text(design.code) != defaults[module]:
                 completion = f"Library program {design.name}.\n```python\n{design.code}```\n"
                 cand = self._candidate(
                     SEED_ROUND, idx, module, f"library program {design.name}", completion,

@@ -22,6 +22,7 @@ from serl_jax.experiment import load_splits
 from serl_jax.loop import RunStore, SERLLoop, SERLSearch, StoreError
 from serl_jax.loop.dispatch import local_worker_processes
 from serl_jax.loop.report import write_report
+from serl_jax.loop.search import seed_designs
 from serl_jax.training.programs import imagination_program, validated_program
 
 __all__ = [
@@ -149,6 +150,8 @@ def run_serl(
         done = len(store.candidates()) if store is not None else 0
         backend = make_backend(cfg.loop.llm, **backend_options(cfg, done))
         low_level = make_low_level(cfg, backend)
+        if cfg.search.enabled:
+            seed_designs(cfg.loop.modules, cfg.search.library)  # a bad name: no run folder
         # The reference candidate's programs (validated), needed before it is proposed.
         reference = {"imagination_code": "", "profiling_code": "", "communication_code": ""}
         if done == 0:

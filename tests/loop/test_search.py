@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from llm.backends.offline import parse_candidates
+from llm.designs import library
 from llm.parsing import program_text
 from llm.prompts import DEFAULT_CODE
 from serl_jax import train
@@ -34,7 +35,7 @@ from serl_jax.loop.cascade import (
     short_full_agreement,
     stage_counts,
 )
-from serl_jax.loop.search import round_asks
+from serl_jax.loop.search import round_asks, seed_designs
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -154,7 +155,6 @@ def test_short_and_full_agreement_by_hand():
         ("search.budget_minutes=0", "search.budget_minutes"),
         ("search.budget_minutes=-5", "search.budget_minutes"),
         ("search.budget_candidates=0", "search.budget_candidates"),
-        ("search.library=[clipped_pa,no_such_program]", "search.library"),
         ("search.stages=[validation,trial,medium,full]", "search.stages"),
         ("search.stages=[validation,trial,full,short]", "search.stages"),
         ("search.stages=[validation,trial]", "search.stages"),
@@ -177,6 +177,25 @@ def test_bad_budget_on_the_command_line(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # no run folder
     assert train.main(["--budget-candidates", "3", "--llm", "none", "--quiet"]) == 2
     assert "search.enabled" in capsys.readouterr().err
+
+
+def test_seed_designs_are_the_named_library_programs_and_a_bad_name_makes_no_run_folder(
+    tmp_path, capsys
+):
+    rewards = [d.name for d in library("reward")]
+    assert [d.name for d in seed_designs(["reward"], [])] == rewards
+    picked = seed_designs(["reward", "network"], ["split_encoder", "clipped_pa"])
+    assert [(d.kind, d.name) for d in picked] == [
+        ("reward", "clipped_pa"),
+        ("network", "split_encoder"),
+    ]  # library order, not the names' order
+    with pytest.raises(ValueError, match=r"^search.library: unknown program 'split_encoder'"):
+        seed_designs(["reward"], ["clipped_pa", "split_encoder"])  # network not designed
+    argv = ["--budget-candidates", "3", "--llm", "offline", "--out", str(tmp_path), "--quiet"]
+    assert train.main([*argv, "search.library=[clipped_pa,no_such_program]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: search.library: unknown program 'no_such_program'")
+    assert "\n" not in err and not list(tmp_path.iterdir())
 
 
 # -- a round's prompts -------------------------------------------------------------------
