@@ -124,6 +124,18 @@ def test_update_moves_logprobs_by_the_sign_of_the_advantage(backend):
     assert stats.logprobs_after[1] < stats.logprobs_before[1]
 
 
+def test_a_bfloat16_model_trains_its_adapter(tiny_lm_dir):
+    """The loop's default ``loop.hf_dtype`` (the real-model test in test_gguf.py runs
+    float32, which CPUs without bfloat16 instructions train 15x faster)."""
+    backend = make_backend(f"hf:{tiny_lm_dir}", dtype="bfloat16")
+    assert backend.model.dtype == torch.bfloat16
+    dek = LowLevelDEK(backend, SGD)
+    stats = dek.update(PAIR)
+    assert stats.advantages == (1.0, -1.0) and math.isfinite(stats.grad_norm)
+    assert stats.logprobs_after[0] > stats.logprobs_before[0] + 0.1
+    assert stats.logprobs_after[1] < stats.logprobs_before[1] - 0.1
+
+
 def test_only_lora_parameters_change(backend):
     dek = LowLevelDEK(backend, SGD)
     base = _base_weights(dek.model)
