@@ -13,9 +13,21 @@ prompt likewise names one change, drawn at random from the best program it shows
   level ``NAME = number``, or a flax field ``width: int = 64``; half or double the current
   value, or a quarter, four times, a tenth or ten times where the run has tried those
   already: :func:`new_values`);
-- a reward term (a string key of the returned dict): drop it, or compute it another way;
+- a reward term (a string key of the returned dict): drop it, or rework it (its signed
+  square root or signed square);
 - a network's activation (one it does not use), number of hidden layers, layer
-  normalization, a skip connection or unequal widths.
+  normalization, a skip connection or one layer's width.
+
+A change named only in words is often not made: over the 1.5B's four float32 index
+seeds of 2026-12-01 (128 samples), 11 of the 13 functional duplicates were copies of a
+shown program, asked for a change of every kind named in words (an activation, a
+reworked term, widths, layer normalization, a crossover), while constants' changes, which
+name the value, were made in 39 of 41 valid answers (one answer to "Use `nn.gelu` as the
+activation" wrote a ``gelu`` header comment over unchanged ``tanh`` code). So each change
+names its edit as a diff would, where the code allows: the text to replace and its
+replacement (a term's entry of the returned dict, a hidden-layer line), the line to write
+twice or to delete, or every ``nn.tanh`` to replace (:func:`_layer_hints`,
+:func:`_term_hints`).
 
 A change of form does not ask for a term on a state field no program reads: asked to
 "return one more term computed from" a field (named with its description and unit), the
@@ -74,6 +86,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 __all__ = [
     "ACTIVATIONS",
     "CHANGES",
+    "EARLIER_CHANGES",
     "constants_by_term",
     "draw_hint",
     "new_values",
@@ -89,17 +102,31 @@ ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "swish", "leaky_relu", "softplus")
 
 CHANGES: dict[str, tuple[str, ...]] = {
     "constant": ("Change `{name}` from {value} to {new}.",),
-    "drop a term": ("Drop the term '{term}' and keep the others.",),
-    "rework a term": ("Compute the term '{term}' another way (other formula or inputs).",),
-    "activation": ("Use `nn.{name}` as the activation of the hidden layers.",),
-    "layers": ("Add one more hidden layer.", "Use one hidden layer fewer (keep at least one)."),
+    "drop a term": (
+        "Drop the term '{term}': delete `{old}` from the returned dict.",
+        "Drop the term '{term}' and keep the others.",
+    ),
+    "rework a term": (
+        "Rework the term '{term}' (its signed square root): replace `{old}` with `{new}`.",
+        "Rework the term '{term}' (its signed square): replace `{old}` with `{new}`.",
+        "Compute the term '{term}' another way (other formula or inputs).",
+    ),
+    "activation": (
+        "Replace every `nn.{old}` with `nn.{name}`.",
+        "Use `nn.{name}` as the activation of the hidden layers.",
+    ),
+    "layers": (
+        "Add a hidden layer: write the line `{line}` twice, one after the other.",
+        "Remove a hidden layer: delete the line `{line}`.",
+    ),
     "layer normalization": (
-        "Add `nn.LayerNorm()` before an activation.",
-        "Remove the layer normalization.",
+        "Add layer normalization: replace `{old}` with `{new}`.",
+        "Remove layer normalization: replace `{old}` with `{new}`.",
+        "Remove layer normalization: delete the line `{line}`.",
     ),
     "skip or widths": (
         "Add a skip connection: add a hidden layer's input to its output.",
-        "Give successive hidden layers different widths.",
+        "Change one layer's width: replace `{old}` with `{new}`.",
     ),
     "crossover: a term": (
         "Add the term '{term}' of the first program above (computed as there) and keep the others.",
@@ -109,6 +136,7 @@ CHANGES: dict[str, tuple[str, ...]] = {
         "the first program above reads it.",
     ),
     "crossover: an activation": (
+        "Replace every `nn.{old}` with `nn.{name}`, the activation of the first program above.",
         "Use `nn.{name}`, the activation of the first program above, in the hidden layers.",
     ),
     "crossover: layer normalization": (
@@ -117,7 +145,21 @@ CHANGES: dict[str, tuple[str, ...]] = {
 }
 """The changes a hint names, by kind: the sentences' ``str.format`` templates (a kind
 is one of :func:`draw_hint`'s groups, except that a network's layer count and layer
-normalization are two)."""
+normalization are two). Where the program's code allows, the sentence names the edit
+(the text to replace, the line to write twice or delete); the general sentences stay for
+code it cannot quote (an entry over several lines, a network with no activation)."""
+
+EARLIER_CHANGES: dict[str, tuple[str, ...]] = {
+    "layers": ("Add one more hidden layer.", "Use one hidden layer fewer (keep at least one)."),
+    "layer normalization": (
+        "Add `nn.LayerNorm()` before an activation.",
+        "Remove the layer normalization.",
+    ),
+    "skip or widths": ("Give successive hidden layers different widths.",),
+}
+"""Sentences of runs stored before 2026-12-02, which named these changes without the
+edit: :func:`read_change` reads them back to their kinds (the results pages compare runs
+of both)."""
 
 
 @functools.cache
@@ -137,21 +179,24 @@ def read_change(sentence: str) -> tuple[str, dict[str, str]] | None:
 
     Args:
         sentence: a hint, e.g. read back from a prompt by
-            :func:`llm.prompts.search.named_change`.
+            :func:`llm.prompts.search.named_change`; an earlier run's too
+            (:data:`EARLIER_CHANGES`).
 
     Returns:
         ``(kind, fields)``, e.g. ``("constant", {"name": "width", "value": "64",
         "new": "32"})``; None for a sentence no template writes.
     """
-    for kind, templates in CHANGES.items():
-        for template in templates:
+    for kind in CHANGES:
+        for template in CHANGES[kind] + EARLIER_CHANGES.get(kind, ()):
             found = _pattern(template).fullmatch(sentence)
             if found:
                 return kind, found.groupdict()
     return None
 
 
+@functools.lru_cache(maxsize=256)  # a search draws many hints from each shown program
 def _parse(code: str) -> ast.Module | None:
+    """The program's syntax tree (shared between calls: read, never changed), else None."""
     try:
         return ast.parse(code)
     except SyntaxError:
@@ -289,6 +334,195 @@ def _flax_names(code: str) -> set[str]:
     return set(re.findall(r"\bnn\.(\w+)", code))
 
 
+@functools.lru_cache(maxsize=256)
+def _source_lines(code: str) -> tuple[bytes, ...]:
+    """The program's lines as UTF-8 bytes (ast's column offsets count bytes)."""
+    return tuple(line.encode() for line in code.splitlines())
+
+
+def _segment(code: str, node: ast.AST) -> str | None:
+    """A node's source on one line (None over several lines)."""
+    if node.lineno != node.end_lineno:
+        return None
+    return _source_lines(code)[node.lineno - 1][node.col_offset : node.end_col_offset].decode()
+
+
+def _replaced(code: str, outer: ast.AST, inner: ast.AST, new: str) -> str | None:
+    """``outer``'s one-line source with ``inner``'s source (a part of it) replaced by
+    ``new``; None when ``outer`` spans several lines."""
+    if outer.lineno != outer.end_lineno:
+        return None
+    line = _source_lines(code)[outer.lineno - 1]
+    before = line[outer.col_offset : inner.col_offset].decode()
+    return before + new + line[inner.end_col_offset : outer.end_col_offset].decode()
+
+
+def _is_flax(node: ast.AST, names: Collection[str]) -> bool:
+    """Whether ``node`` is ``nn.<name>`` (or ``jax.nn.<name>``) for one of ``names``."""
+    return isinstance(node, ast.Attribute) and node.attr in names and (
+        (isinstance(node.value, ast.Name) and node.value.id == "nn")
+        or (isinstance(node.value, ast.Attribute) and node.value.attr == "nn")
+    )  # fmt: skip
+
+
+def _calls(node: ast.AST, names: Collection[str]) -> list[ast.Call]:
+    """The calls of ``nn.<name>`` within ``node``, outermost first."""
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and _is_flax(n.func, names)]
+
+
+def _hidden_layers(code: str) -> list[ast.Assign]:
+    """A network's hidden-layer lines: one-line assignments to a name of an activation of
+    an ``nn.Dense`` output (``h = nn.tanh(nn.Dense(64)(h))``), in source order."""
+    tree = _parse(code)
+    if tree is None:
+        return []
+    found = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and _segment(code, node) is not None
+        and _calls(node.value, ACTIVATIONS)
+        and any(_is_flax(n, ("Dense",)) for n in ast.walk(node.value))
+    ]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _activation_counts(code: str) -> dict[str, int]:
+    """How often a program calls each activation of :data:`ACTIVATIONS` (``nn.<name>(``),
+    most used first (ties in :data:`ACTIVATIONS`' order)."""
+    counts = {a: len(re.findall(rf"\bnn\.{a}\(", code)) for a in ACTIVATIONS}
+    return dict(sorted(((a, n) for a, n in counts.items() if n), key=lambda x: -x[1]))
+
+
+def _activation_hints(code: str, names: Iterable[str], template: int = 0) -> list[str]:
+    """Changes to each activation of ``names``: replace the program's most used one
+    (``CHANGES[...][template]``), or, when it calls none, the general sentence."""
+    used = _activation_counts(code)
+    kind = "activation" if template == 0 else "crossover: an activation"
+    if not used:
+        return [CHANGES[kind][1].format(name=name) for name in names]
+    old = next(iter(used))
+    return [CHANGES[kind][0].format(old=old, name=name) for name in names]
+
+
+def _layer_hints(code: str) -> list[list[str]]:
+    """The network's edits of hidden-layer lines, in three groups: add or remove a layer,
+    add or remove layer normalization, change a layer's width (one-line edits only).
+
+    A layer is added by writing a line that maps a name to itself twice
+    (``h = nn.tanh(nn.Dense(64)(h))``), removed by deleting one where its name has
+    another; layer normalization goes between ``nn.Dense`` and the activation of a
+    network without one, or is taken out of each line that applies it; a width
+    (``nn.Dense``'s first argument) is doubled or halved.
+    """
+    tree = _parse(code)
+    if tree is None:
+        return [[], [], []]
+    layers = _hidden_layers(code)
+    has_norm = "LayerNorm" in _flax_names(code)
+    per_name: dict[str, int] = {}
+    for node in layers:
+        per_name[node.targets[0].id] = per_name.get(node.targets[0].id, 0) + 1
+    depth, norm, widths = [], [], []
+    for node in layers:
+        line, name = _segment(code, node), node.targets[0].id
+        if name in _names_in(node.value):
+            depth.append(CHANGES["layers"][0].format(line=line))
+            if per_name[name] > 1:
+                depth.append(CHANGES["layers"][1].format(line=line))
+        activation = _calls(node.value, ACTIVATIONS)[0]
+        if activation.args and not has_norm:
+            inner = activation.args[0]
+            new = _replaced(code, node, inner, f"nn.LayerNorm()({_segment(code, inner)})")
+            if new is not None:
+                norm.append(CHANGES["layer normalization"][0].format(old=line, new=new))
+        for dense in _calls(node.value, ("Dense",))[:1]:
+            width = dense.args[0] if dense.args else None
+            if width is None or _segment(code, width) is None:
+                continue
+            text = _segment(code, width)
+            number = _number(width)
+            if number is not None and re.fullmatch(r"\d+", number):
+                news = [str(2 * int(number))] + ([str(int(number) // 2)] if int(number) > 1 else [])
+            else:
+                news = [f"2 * {text}", f"max({text} // 2, 1)"]
+            for value in news:
+                new = _replaced(code, node, width, value)
+                if new is not None:
+                    widths.append(CHANGES["skip or widths"][1].format(old=line, new=new))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or _segment(code, node) is None:
+            continue
+        for call in _calls(node.value, ("LayerNorm",))[:1]:
+            applied = next(
+                (n for n in ast.walk(node.value) if isinstance(n, ast.Call) and n.func is call),
+                None,
+            )
+            if applied is None or len(applied.args) != 1:
+                continue
+            line = _segment(code, node)
+            new = _replaced(code, node, applied, _segment(code, applied.args[0]) or "")
+            if _segment(code, applied.args[0]) == _segment(code, node.targets[0]):
+                norm.append(CHANGES["layer normalization"][2].format(line=line))
+            elif new is not None:
+                norm.append(CHANGES["layer normalization"][1].format(old=line, new=new))
+    return [list(dict.fromkeys(g)) for g in (depth, norm, widths)]
+
+
+def _term_entries(code: str) -> dict[str, list[tuple[ast.expr, ast.expr]]]:
+    """Each term's ``(key, value)`` nodes in the dicts the program returns."""
+    tree = _parse(code)
+    entries: dict[str, list[tuple[ast.expr, ast.expr]]] = {}
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    entries.setdefault(key.value, []).append((key, value))
+    return entries
+
+
+def _entry(code: str, key: ast.expr, value: ast.expr) -> str | None:
+    """A dict entry's one-line source (``"pa": 0.3 * pa``), else None."""
+    if key.lineno != value.end_lineno:
+        return None
+    return _source_lines(code)[key.lineno - 1][key.col_offset : value.end_col_offset].decode()
+
+
+def _term_hints(code: str, terms: Sequence[str], drops: Collection[str]) -> list[list[str]]:
+    """A reward's changes of terms, in two groups: drop one (but those of ``drops``),
+    rework one (its signed square root or signed square, where ``jnp`` is imported);
+    each names the dict entry to edit when the term has one entry on one line."""
+    entries = _term_entries(code)
+    has_jnp = re.search(r"^import jax\.numpy as jnp$", code, re.M) is not None
+    drop, rework = [], []
+    for term in terms:
+        found = entries.get(term, [])
+        entry = _entry(code, *found[0]) if len(found) == 1 else None
+        if term not in drops:
+            drop.append(
+                CHANGES["drop a term"][0].format(term=term, old=entry)
+                if entry
+                else CHANGES["drop a term"][1].format(term=term)
+            )
+        if entry is None or not has_jnp:
+            rework.append(CHANGES["rework a term"][2].format(term=term))
+            continue
+        key, value = found[0]
+        head, text = entry[: len(entry) - len(_segment(code, value))], _segment(code, value)
+        inner = text if isinstance(value, ast.Name | ast.Call | ast.Attribute) else f"({text})"
+        rework += [
+            CHANGES["rework a term"][0].format(
+                term=term, old=entry, new=f"{head}jnp.sign({text}) * jnp.sqrt(jnp.abs({text}))"
+            ),
+            CHANGES["rework a term"][1].format(
+                term=term, old=entry, new=f"{head}{inner} * jnp.abs({text})"
+            ),
+        ]
+    return [drop, rework]
+
+
 SCALES = ((0.5, 0.25, 0.1), (2.0, 4.0, 10.0))
 """The factors a constant's change scales the current value by: the first below and the
 first above that give a value the run has not tried (:func:`new_values`)."""
@@ -360,26 +594,15 @@ def _form_hints(
     """The changes of form one program allows, in groups drawn with equal weight."""
     if module == "reward":
         terms = [t for t in term_names(code) if t not in inert_terms]
-        return [
-            [
-                CHANGES["drop a term"][0].format(term=term)
-                for term in terms
-                if term not in known_drops
-            ],
-            [CHANGES["rework a term"][0].format(term=term) for term in terms],
-        ]
+        return _term_hints(code, terms, known_drops)
     if module == "network":
         used = _flax_names(code)
-        add_norm, remove_norm = CHANGES["layer normalization"]
+        depth, norm, widths = _layer_hints(code)
         return [
-            [
-                CHANGES["activation"][0].format(name=name)
-                for name in ACTIVATIONS
-                if name not in used
-            ],
-            list(CHANGES["layers"]),
-            [add_norm if "LayerNorm" not in used else remove_norm],
-            list(CHANGES["skip or widths"]),
+            _activation_hints(code, [a for a in ACTIVATIONS if a not in used]),
+            depth,
+            norm,
+            [CHANGES["skip or widths"][0], *widths],
         ]
     return []
 
@@ -411,11 +634,9 @@ def _crossover_hints(
         used = _flax_names(best)
         theirs = _flax_names(donor)
         return [
-            [
-                CHANGES["crossover: an activation"][0].format(name=name)
-                for name in ACTIVATIONS
-                if name in theirs and name not in used
-            ],
+            _activation_hints(
+                best, [a for a in ACTIVATIONS if a in theirs and a not in used], template=1
+            ),
             list(CHANGES["crossover: layer normalization"])
             if "LayerNorm" in theirs and "LayerNorm" not in used
             else [],

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
+import string
 
+import numpy as np
 import pytest
 
 from llm.prompts import search_prompt
 from llm.prompts.builder import _ANSWER_FORMAT
 from llm.prompts.hints import (
+    ACTIVATIONS,
     CHANGES,
+    EARLIER_CHANGES,
     constants_by_term,
     draw_hint,
     new_values,
@@ -79,9 +83,28 @@ def test_each_kind_draws_from_its_own_changes():
              ("better", "form", "parameters")}  # fmt: skip
     assert drawn["parameters"] == constants
     # no change of form asks for a term on a new state field (3 of 21 valid with the 1.5B)
-    form = {f"Drop the term '{t}' and keep the others." for t in ("pa", "end", "pa2")}
-    form |= {f"Compute the term '{t}' another way (other formula or inputs)." for t in
-             ("pa", "end", "pa2")}  # fmt: skip
+    # each names the entry to edit (the template's general sentence is for an entry
+    # over several lines)
+    end = '"end": jnp.where(if_done, OFFSET, 0.0)'
+    form = {
+        "Drop the term 'pa': delete `\"pa\": WEIGHT * pa * local` from the returned dict.",
+        f"Drop the term 'end': delete `{end}` from the returned dict.",
+        "Drop the term 'pa2': delete `\"pa2\": pa` from the returned dict.",
+        "Rework the term 'pa' (its signed square root): replace `\"pa\": WEIGHT * pa * local` "
+        'with `"pa": jnp.sign(WEIGHT * pa * local) * jnp.sqrt(jnp.abs(WEIGHT * pa * local))`.',
+        # a term that is not a name or a call is bracketed before it is multiplied
+        "Rework the term 'pa' (its signed square): replace `\"pa\": WEIGHT * pa * local` with "
+        '`"pa": (WEIGHT * pa * local) * jnp.abs(WEIGHT * pa * local)`.',
+        f"Rework the term 'end' (its signed square root): replace `{end}` with `\"end\": "
+        "jnp.sign(jnp.where(if_done, OFFSET, 0.0)) * jnp.sqrt(jnp.abs(jnp.where(if_done, "
+        "OFFSET, 0.0)))`.",
+        f"Rework the term 'end' (its signed square): replace `{end}` with `\"end\": "
+        "jnp.where(if_done, OFFSET, 0.0) * jnp.abs(jnp.where(if_done, OFFSET, 0.0))`.",
+        "Rework the term 'pa2' (its signed square root): replace `\"pa2\": pa` with "
+        '`"pa2": jnp.sign(pa) * jnp.sqrt(jnp.abs(pa))`.',
+        "Rework the term 'pa2' (its signed square): replace `\"pa2\": pa` with "
+        '`"pa2": pa * jnp.abs(pa)`.',
+    }
     assert drawn["form"] == form
     assert drawn["better"] == form | constants
     # a crossover of two programs alike in their terms and fields names no change; nor
@@ -100,7 +123,7 @@ def test_the_change_comes_from_the_best_program():
     rng = random.Random(1)
     drawn = {draw_hint("better", "reward", [worse, REWARD], rng) for _ in range(400)}
     assert not any("'x'" in h or "`X`" in h for h in drawn)
-    assert "Drop the term 'pa2' and keep the others." in drawn
+    assert "Drop the term 'pa2': delete `\"pa2\": pa` from the returned dict." in drawn
     assert "Change `WEIGHT` from 0.3 to 0.6." in drawn
 
 
@@ -118,23 +141,150 @@ def test_a_constants_change_scales_it_to_a_value_not_tried():
 
 
 def test_groups_weigh_equally_not_their_changes():
-    """better on NETWORK: five groups (4 constant changes, 6 activations, 2 depths, 1
-    layer normalization, 2 skip or widths); each is drawn a fifth of the time, so the
-    layer normalization is 1/5 of the hints, not 1/15 as with one draw over all changes."""
+    """better on NETWORK: four groups (4 constant changes, 6 activations, 1 layer
+    normalization, a skip and 2 widths; no layer line maps a name to itself, so no layer
+    count); each is drawn a quarter of the time, so the layer normalization is 1/4 of the
+    hints, not 1/14 as with one draw over all changes."""
     rng = random.Random(2)
     draws = [draw_hint("better", "network", [NETWORK], rng) for _ in range(2000)]
-    share = draws.count("Remove the layer normalization.") / len(draws)
-    assert len(set(draws)) == 15
-    assert share == pytest.approx(0.2, abs=0.03)
+    share = draws.count("Remove layer normalization: delete the line `h = nn.LayerNorm()(h)`.")
+    assert len(set(draws)) == 14
+    assert share / len(draws) == pytest.approx(0.25, abs=0.03)
 
 
 def test_network_changes_name_activations_it_does_not_use():
     rng = random.Random(3)
     drawn = {draw_hint("form", "network", [NETWORK], rng) for _ in range(400)}
-    assert "Use `nn.relu` as the activation of the hidden layers." not in drawn
+    assert "Replace every `nn.relu` with `nn.tanh`." in drawn
+    assert not any("with `nn.relu`" in h for h in drawn)
+    # a network that calls no activation is asked to use one
+    linear = NETWORK.replace("nn.relu(nn.Dense(self.width)(obs))", "nn.Dense(self.width)(obs)")
+    drawn = {draw_hint("form", "network", [linear], rng) for _ in range(400)}
     assert "Use `nn.tanh` as the activation of the hidden layers." in drawn
-    assert "Remove the layer normalization." in drawn  # it has one
-    assert "Add one more hidden layer." in drawn
+
+
+LOOPED = """\
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Network(nn.Module):
+    width: int = 64
+
+    @nn.compact
+    def __call__(self, obs):
+        actor = obs
+        for _ in range(2):
+            actor = nn.tanh(nn.Dense(self.width)(actor))
+        h = nn.tanh(nn.Dense(8)(obs))
+        h = nn.tanh(nn.Dense(8)(h))
+        h = nn.tanh(nn.Dense(8)(h))
+        return nn.Dense(2)(actor), nn.Dense(1)(jnp.concatenate([actor, h], -1))[..., 0]
+"""
+
+
+def test_network_changes_name_the_line_to_edit():
+    """A layer is added by writing a line that maps a name to itself twice (not the one
+    that reads obs), removed where its name has another line; layer normalization goes
+    between nn.Dense and the activation; a width is doubled or halved (a literal as a
+    number, an expression with ``2 *`` and ``// 2``)."""
+    rng = random.Random(6)
+    drawn = {draw_hint("form", "network", [LOOPED], rng) for _ in range(1500)}
+    lines = {
+        "a": "actor = nn.tanh(nn.Dense(self.width)(actor))",
+        "h0": "h = nn.tanh(nn.Dense(8)(obs))",
+        "h": "h = nn.tanh(nn.Dense(8)(h))",
+    }
+    expected = {
+        f"Add a hidden layer: write the line `{lines['a']}` twice, one after the other.",
+        f"Add a hidden layer: write the line `{lines['h']}` twice, one after the other.",
+        f"Remove a hidden layer: delete the line `{lines['h']}`.",
+        "Add layer normalization: replace `actor = nn.tanh(nn.Dense(self.width)(actor))` with "
+        "`actor = nn.tanh(nn.LayerNorm()(nn.Dense(self.width)(actor)))`.",
+        "Add layer normalization: replace `h = nn.tanh(nn.Dense(8)(obs))` with "
+        "`h = nn.tanh(nn.LayerNorm()(nn.Dense(8)(obs)))`.",
+        "Add layer normalization: replace `h = nn.tanh(nn.Dense(8)(h))` with "
+        "`h = nn.tanh(nn.LayerNorm()(nn.Dense(8)(h)))`.",
+        "Add a skip connection: add a hidden layer's input to its output.",
+        "Change one layer's width: replace `actor = nn.tanh(nn.Dense(self.width)(actor))` with "
+        "`actor = nn.tanh(nn.Dense(2 * self.width)(actor))`.",
+        "Change one layer's width: replace `actor = nn.tanh(nn.Dense(self.width)(actor))` with "
+        "`actor = nn.tanh(nn.Dense(max(self.width // 2, 1))(actor))`.",
+        "Change one layer's width: replace `h = nn.tanh(nn.Dense(8)(obs))` with "
+        "`h = nn.tanh(nn.Dense(16)(obs))`.",
+        "Change one layer's width: replace `h = nn.tanh(nn.Dense(8)(obs))` with "
+        "`h = nn.tanh(nn.Dense(4)(obs))`.",
+        "Change one layer's width: replace `h = nn.tanh(nn.Dense(8)(h))` with "
+        "`h = nn.tanh(nn.Dense(16)(h))`.",
+        "Change one layer's width: replace `h = nn.tanh(nn.Dense(8)(h))` with "
+        "`h = nn.tanh(nn.Dense(4)(h))`.",
+    } | {f"Replace every `nn.tanh` with `nn.{a}`." for a in ACTIVATIONS if a != "tanh"}
+    assert drawn == expected
+    # layer normalization applied inside a line is taken out of it
+    normed = LOOPED.replace("nn.tanh(nn.Dense(8)(h))", "nn.LayerNorm()(nn.tanh(nn.Dense(8)(h)))")
+    drawn = {draw_hint("form", "network", [normed], rng) for _ in range(1500)}
+    assert {h for h in drawn if "layer normalization" in h} == {
+        "Remove layer normalization: replace `h = nn.LayerNorm()(nn.tanh(nn.Dense(8)(h)))` "
+        "with `h = nn.tanh(nn.Dense(8)(h))`."
+    }
+
+
+def test_every_named_edit_applies_to_the_code_and_builds_a_network():
+    """Each edit a hint names, made by plain text replacement on the program, gives a
+    network that passes validation and returns the contract's outputs on the novelty
+    probe: the hints never ask for code that cannot run."""
+    from serl_jax.loop.novelty import probe_outputs
+
+    rng = random.Random(9)
+    hints = {draw_hint("form", "network", [LOOPED], rng) for _ in range(1500)}
+    edited = []
+    for hint in hints:
+        kind, fields = read_change(hint)
+        if kind == "activation":
+            edited.append(LOOPED.replace(f"nn.{fields['old']}(", f"nn.{fields['name']}("))
+        elif "new" in fields:
+            assert fields["old"] in LOOPED
+            edited.append(LOOPED.replace(fields["old"], fields["new"], 1))
+        elif "line" in fields:
+            lines = LOOPED.splitlines(keepends=True)
+            at = next(i for i, line in enumerate(lines) if line.strip() == fields["line"])
+            if hint.startswith("Add"):
+                lines.insert(at, lines[at])
+            else:
+                del lines[at]
+            edited.append("".join(lines))
+    assert len(set(edited)) == len(hints) - 1  # all but the skip connection, all different
+    for code in edited:
+        out = probe_outputs(code, "network")
+        assert out["policy"].shape[-1] == 2 and out["value"].ndim == 1, code
+        assert np.all(np.isfinite(out["policy"])) and np.all(np.isfinite(out["value"]))
+
+
+def test_a_terms_named_edit_computes_what_it_says():
+    """On the novelty probe, a reworked term is the signed square root or signed square
+    of the term it replaces, the others unchanged; a dropped term is gone."""
+    from serl_jax.loop.novelty import probe_outputs
+
+    rng = random.Random(10)
+    hints = {draw_hint("form", "reward", [REWARD], rng) for _ in range(300)}
+    before = probe_outputs(REWARD, "reward")
+    assert len(hints) == 9
+    for hint in hints:
+        kind, fields = read_change(hint)
+        term = fields["term"]
+        if kind == "drop a term":  # the entry and its comma
+            old = next(e for e in (fields["old"] + ", ", ", " + fields["old"]) if e in REWARD)
+            after = probe_outputs(REWARD.replace(old, ""), "reward")
+        else:
+            after = probe_outputs(REWARD.replace(fields["old"], fields["new"]), "reward")
+        if kind == "drop a term":
+            assert set(after) == set(before) - {term}
+            continue
+        x = before[term].astype(np.float64)
+        want = np.sign(x) * np.sqrt(np.abs(x)) if "square root" in hint else x * np.abs(x)
+        np.testing.assert_allclose(after[term], want, rtol=1e-5, atol=1e-6)
+        for other in set(before) - {term, "total"}:
+            np.testing.assert_array_equal(after[other], before[other])
 
 
 def test_the_prompt_ends_with_the_hint_naming_the_best_program():
@@ -195,8 +345,8 @@ def test_inert_terms_are_not_named():
     assert params == {"Change `A` from 1.0 to 0.5.", "Change `A` from 1.0 to 2.0."}
     drawn = {draw_hint("form", "reward", [TRACED], rng, inert_terms=inert) for _ in range(600)}
     assert not any("'two'" in h or "'three'" in h for h in drawn)
-    assert "Drop the term 'one' and keep the others." in drawn
-    assert "Drop the term 'four' and keep the others." in drawn
+    assert "Drop the term 'one': delete `\"one\": base` from the returned dict." in drawn
+    assert "Drop the term 'four': delete `\"four\": 0.0` from the returned dict." in drawn
 
 
 def test_the_probe_names_the_fields_it_cannot_tell_apart():
@@ -236,12 +386,12 @@ def test_a_crossover_carries_a_part_of_the_first_program_into_the_best():
     tanh = NETWORK.replace("nn.relu", "nn.tanh")
     drawn = {draw_hint("crossover", "network", [tanh, NETWORK], rng) for _ in range(100)}
     assert drawn == {
-        "Use `nn.tanh`, the activation of the first program above, in the hidden layers."
+        "Replace every `nn.relu` with `nn.tanh`, the activation of the first program above."
     }
     bare = NETWORK.replace("        h = nn.LayerNorm()(h)\n", "")
     drawn = {draw_hint("crossover", "network", [tanh, bare], rng) for _ in range(200)}
     assert drawn == {
-        "Use `nn.tanh`, the activation of the first program above, in the hidden layers.",
+        "Replace every `nn.relu` with `nn.tanh`, the activation of the first program above.",
         "Add the layer normalization of the first program above (`nn.LayerNorm`).",
     }
     # nothing the donor has that the best lacks: no change
@@ -262,17 +412,29 @@ def test_every_change_drawn_reads_back_to_its_kind_and_fields():
         draw_hint(kind, module, shots, rng)
         for kind in ("better", "form", "parameters", "crossover")
         for module, shots in (("reward", [donor, REWARD]), ("network", [tanh, bare]),
-                              ("network", [NETWORK]))
+                              ("network", [NETWORK]), ("network", [LOOPED]))
         for _ in range(200)
     } - {None}  # fmt: skip
     read = {hint: read_change(hint) for hint in drawn}
     assert {kind for kind, _ in read.values()} == set(CHANGES)
     for hint, (kind, fields) in read.items():
-        assert hint in {template.format(**fields) for template in CHANGES[kind]}
+        assert hint in {
+            template.format(**fields)
+            for template in CHANGES[kind]
+            if {f for _, f, _, _ in string.Formatter().parse(template) if f} == set(fields)
+        }
     assert read["Change `WEIGHT` from 0.3 to 0.15."] == (
         "constant", {"name": "WEIGHT", "value": "0.3", "new": "0.15"},
     )  # fmt: skip
-    assert read["Drop the term 'end' and keep the others."] == ("drop a term", {"term": "end"})
+    assert read["Drop the term 'pa2': delete `\"pa2\": pa` from the returned dict."] == (
+        "drop a term", {"term": "pa2", "old": '"pa2": pa'},
+    )  # fmt: skip
+    # the general sentences, and those of runs stored before the edits were named
+    assert read_change("Drop the term 'end' and keep the others.") == (
+        "drop a term", {"term": "end"},
+    )  # fmt: skip
+    for kind, sentences in EARLIER_CHANGES.items():
+        assert [read_change(s) for s in sentences] == [(kind, {})] * len(sentences)
     # a field named twice must be the same field; other text names no change
     assert read_change(
         "Return one more term computed from `next_state.cash` or `prev_state.time`, as the "
@@ -289,9 +451,9 @@ def test_a_drop_the_run_has_is_not_named():
         draw_hint("form", "reward", [REWARD], rng, known_drops=frozenset({"pa2"}))
         for _ in range(300)
     }
-    assert "Drop the term 'pa2' and keep the others." not in drawn
-    assert "Drop the term 'pa' and keep the others." in drawn
-    assert "Compute the term 'pa2' another way (other formula or inputs)." in drawn
+    assert not any(h.startswith("Drop the term 'pa2'") for h in drawn)
+    assert any(h.startswith("Drop the term 'pa'") for h in drawn)
+    assert any(h.startswith("Rework the term 'pa2'") for h in drawn)
 
 
 def test_a_change_asked_of_the_program_before_is_not_drawn_again():
@@ -299,8 +461,8 @@ def test_a_change_asked_of_the_program_before_is_not_drawn_again():
     every time; with all asked, a form prompt names none."""
     rng = random.Random(4)
     everything = {draw_hint("form", "network", [NETWORK], rng) for _ in range(400)}
-    left = "Add one more hidden layer."
-    assert left in everything and len(everything) == 11  # 6 activations, 2 + 1 + 2
+    left = "Add a skip connection: add a hidden layer's input to its output."
+    assert left in everything and len(everything) == 10  # 6 activations, 1 + 1 + 2
     asked = everything - {left}
     assert {draw_hint("form", "network", [NETWORK], rng, asked=asked) for _ in range(50)} == {left}
     assert draw_hint("form", "network", [NETWORK], rng, asked=everything) is None

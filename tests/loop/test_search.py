@@ -671,9 +671,9 @@ def test_a_dropped_term_that_returns_a_program_of_the_run_is_not_named():
             for _ in range(200)
         }
 
-    drop = "Drop the term 'extra' and keep the others."
+    drop = "Drop the term 'extra': delete `'extra': held * held` from the returned dict."
     assert drop not in drawn(known)
-    assert "Drop the term 'held' and keep the others." in drawn(known)
+    assert "Drop the term 'held': delete `'held': held` from the returned dict." in drawn(known)
     assert drop in drawn([])
 
 
