@@ -60,7 +60,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from llm.prompts.hints import program_constants, read_change  # noqa: E402
+from llm.prompts.hints import made_change, read_change  # noqa: E402
 from llm.prompts.search import named_change  # noqa: E402
 from serl_jax import train  # noqa: E402
 from serl_jax.cli import parse_command_line  # noqa: E402
@@ -102,9 +102,9 @@ def by_change(run_dirs: list[Path], probe=probe_outputs) -> dict[str, dict[str, 
     Returns:
         ``{kind: {"designed", "valid", "copy", "duplicate", "as_named"}}`` (counts): kind
         one of :data:`llm.prompts.hints.CHANGES`, ``"none"`` (the prompt named no change)
-        or ``"other"`` (a sentence no template writes: an older run's); ``as_named``, for
-        ``constant`` only (else None), counts valid answers whose constant has the value
-        named.
+        or ``"other"`` (a sentence no template writes: an older run's); ``as_named``
+        counts valid answers that made the change as named
+        (:func:`llm.prompts.hints.made_change`), None for a kind it cannot check.
     """
     table: dict[str, dict[str, int | None]] = {}
     for run_dir in run_dirs:
@@ -114,6 +114,7 @@ def by_change(run_dirs: list[Path], probe=probe_outputs) -> dict[str, dict[str, 
             prompts = {row["id"]: row["prompt"] for row in store.prompts()}
         finally:
             store.close()
+        by_id = {c.id: c for c in cands}
         labels = {
             c.id: (copy, dup) for c, copy, dup in novelty_labels(cands, prompts, SLOTS, probe)
         }
@@ -121,12 +122,9 @@ def by_change(run_dirs: list[Path], probe=probe_outputs) -> dict[str, dict[str, 
             if cand.prompt_id is None:
                 continue
             change = named_change(prompts[cand.prompt_id])
-            kind, fields = (
-                ("none", {}) if change is None else read_change(change[1]) or ("other", {})
-            )
+            kind = "none" if change is None else (read_change(change[1]) or ("other",))[0]
             row = table.setdefault(kind, {
-                "designed": 0, "valid": 0, "copy": 0, "duplicate": 0,
-                "as_named": 0 if kind == "constant" else None,
+                "designed": 0, "valid": 0, "copy": 0, "duplicate": 0, "as_named": None,
             })  # fmt: skip
             row["designed"] += 1
             if cand.id not in labels:
@@ -135,9 +133,12 @@ def by_change(run_dirs: list[Path], probe=probe_outputs) -> dict[str, dict[str, 
             row["valid"] += 1
             row["copy"] += copy
             row["duplicate"] += duplicate
-            if kind == "constant":
-                value = dict(program_constants(cand.slot_code(cand.module))).get(fields["name"])
-                row["as_named"] += value is not None and float(value) == float(fields["new"])
+            if change is None or change[0] not in by_id:
+                continue
+            shown = by_id[change[0]].slot_code(cand.module)
+            made = made_change(change[1], cand.slot_code(cand.module), shown)
+            if made is not None:
+                row["as_named"] = (row["as_named"] or 0) + made
     return table
 
 
@@ -420,7 +421,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.json:
             print(json.dumps({"references": references}))
     print()
-    print("| designer | change named | designed | valid | copy | dup | constant set as named |")
+    print("| designer | change named | designed | valid | copy | dup | made as named |")
     print("|---|---|---|---|---|---|---|")
     for designer in designers:
         table = by_change(runs[designer])

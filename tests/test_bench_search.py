@@ -203,7 +203,7 @@ def test_novelty_by_the_change_each_prompt_named(tmp_path):
     assert table == {
         "constant": {**row, "designed": 2, "valid": 2, "duplicate": 1, "as_named": 1},
         "drop a term": {**row, "designed": 2, "valid": 1, "copy": 1, "duplicate": 1,
-                        "as_named": None},
+                        "as_named": 0},  # the copy still returns 'end'
         "none": {**row, "designed": 1, "valid": 1, "as_named": None},
         "other": {**row, "designed": 1, "valid": 1, "as_named": None},
     }  # fmt: skip

@@ -89,6 +89,7 @@ __all__ = [
     "EARLIER_CHANGES",
     "constants_by_term",
     "draw_hint",
+    "made_change",
     "new_values",
     "program_constants",
     "read_change",
@@ -703,3 +704,51 @@ def draw_hint(
     groups = [[h for h in g if h not in asked] for g in groups]
     groups = [g for g in groups if g]
     return rng.choice(rng.choice(groups)) if groups else None
+
+
+def _squashed(code: str) -> str:
+    """Code without whitespace and with one quote character, to find an edit however the
+    answer formats it."""
+    return re.sub(r"\s+", "", code).replace("'", '"')
+
+
+def made_change(sentence: str, code: str, shown: str) -> bool | None:
+    """Whether an answer made the change a hint named, where the sentence says what to
+    write (:data:`CHANGES`).
+
+    Args:
+        sentence: the hint (:func:`read_change` reads it).
+        code: the answer's program.
+        shown: the program the change was asked of (the best one the prompt showed).
+
+    Returns:
+        True or False for the changes an edit can be checked for: a constant has the new
+        value; an activation named to replace is gone and the new one called; a dropped
+        term is not returned; the replacement text occurs more often than in ``shown``
+        (whitespace and quote style aside), a line to write twice more often, a line to
+        delete less often. None for a change named in words only (a skip connection, a
+        term reworked another way, a crossover's term or field) and for a sentence no
+        template writes.
+    """
+    read = read_change(sentence)
+    if read is None:
+        return None
+    kind, fields = read
+    if kind == "constant":
+        value = dict(program_constants(code)).get(fields["name"])
+        return value is not None and float(value) == float(fields["new"])
+    if kind in ("activation", "crossover: an activation"):
+        gone = "old" not in fields or re.search(rf"\bnn\.{fields['old']}\(", code) is None
+        return gone and re.search(rf"\bnn\.{fields['name']}\(", code) is not None
+    if kind == "drop a term":
+        return fields["term"] not in term_names(code)
+    squashed, before = _squashed(code), _squashed(shown)
+    if "new" in fields:
+        new = _squashed(fields["new"])
+        return squashed.count(new) > before.count(new)
+    if "line" in fields:
+        line = _squashed(fields["line"])
+        if sentence.startswith("Add"):
+            return squashed.count(line) > before.count(line)
+        return squashed.count(line) < before.count(line)
+    return None

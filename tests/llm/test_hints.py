@@ -16,6 +16,7 @@ from llm.prompts.hints import (
     EARLIER_CHANGES,
     constants_by_term,
     draw_hint,
+    made_change,
     new_values,
     program_constants,
     read_change,
@@ -495,3 +496,35 @@ def test_values_tried_collects_every_programs_constants():
         "WEIGHT": {"0.3"},
         "OFFSET": {"-2"},
     }
+
+
+def test_made_change_checks_the_edit_a_hint_names():
+    """An answer made the change when its code holds the edit, however it is spaced or
+    quoted; a copy of the shown program did not; a change named in words is not checked."""
+    line = "h = nn.tanh(nn.Dense(8)(h))"
+    add = f"Add a hidden layer: write the line `{line}` twice, one after the other."
+    deeper = LOOPED.replace(f"{line}\n", f"{line}\n" * 2, 1)
+    assert made_change(add, deeper, LOOPED) is True
+    assert made_change(add, LOOPED, LOOPED) is False
+    delete = "Remove a hidden layer: delete the line `h = nn.tanh(nn.Dense(8)(h))`."
+    assert made_change(delete, deeper, LOOPED) is False
+    assert made_change(delete, LOOPED, deeper) is True
+    gelu = "Replace every `nn.tanh` with `nn.gelu`."
+    assert made_change(gelu, LOOPED.replace("nn.tanh(", "nn.gelu("), LOOPED) is True
+    # one tanh left, or gelu only named in a comment
+    assert made_change(gelu, LOOPED.replace("nn.tanh(", "nn.gelu(", 1), LOOPED) is False
+    assert made_change(gelu, "# use nn.gelu\n" + LOOPED, LOOPED) is False
+    rework = (
+        "Rework the term 'pa2' (its signed square): replace `\"pa2\": pa` with "
+        '`"pa2": pa * jnp.abs(pa)`.'
+    )
+    assert made_change(rework, REWARD.replace('"pa2": pa', "'pa2':pa*jnp.abs( pa )"), REWARD)
+    assert made_change(rework, REWARD, REWARD) is False
+    drop = "Drop the term 'end' and keep the others."
+    assert made_change(drop, REWARD.replace('"end"', '"finish"'), REWARD) is True
+    assert made_change(drop, REWARD, REWARD) is False
+    assert made_change("Change `WEIGHT` from 0.3 to 0.6.", REWARD.replace("0.3", "0.60"), REWARD)
+    assert made_change("Change `WEIGHT` from 0.3 to 0.6.", REWARD, REWARD) is False
+    skip = "Add a skip connection: add a hidden layer's input to its output."
+    assert made_change(skip, LOOPED, LOOPED) is None
+    assert made_change("Write a better program.", LOOPED, LOOPED) is None
