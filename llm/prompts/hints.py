@@ -81,6 +81,7 @@ import functools
 import random
 import re
 import string
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 __all__ = [
@@ -247,16 +248,20 @@ def program_constants(code: str) -> list[tuple[str, str]]:
 def term_names(code: str) -> list[str]:
     """The term names of a reward program: the string keys of the dict literals its
     ``return`` statements return, in source order, each once."""
+    return list(_term_entries(code))
+
+
+def _term_entries(code: str) -> dict[str, list[tuple[ast.expr, ast.expr]]]:
+    """Each term's ``(key, value)`` nodes in the dicts the program returns, terms in
+    source order."""
     tree = _parse(code)
-    if tree is None:
-        return []
-    names: dict[str, None] = {}
-    for node in ast.walk(tree):
+    entries: dict[str, list[tuple[ast.expr, ast.expr]]] = {}
+    for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
-            for key in node.value.keys:
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    names[key.value] = None
-    return list(names)
+                    entries.setdefault(key.value, []).append((key, value))
+    return entries
 
 
 def state_fields_read(code: str) -> set[str]:
@@ -348,11 +353,9 @@ def _segment(code: str, node: ast.AST) -> str | None:
     return _source_lines(code)[node.lineno - 1][node.col_offset : node.end_col_offset].decode()
 
 
-def _replaced(code: str, outer: ast.AST, inner: ast.AST, new: str) -> str | None:
-    """``outer``'s one-line source with ``inner``'s source (a part of it) replaced by
-    ``new``; None when ``outer`` spans several lines."""
-    if outer.lineno != outer.end_lineno:
-        return None
+def _replaced(code: str, outer: ast.AST, inner: ast.AST, new: str) -> str:
+    """``outer``'s source (one line) with ``inner``'s source (a part of it) replaced by
+    ``new``."""
     line = _source_lines(code)[outer.lineno - 1]
     before = line[outer.col_offset : inner.col_offset].decode()
     return before + new + line[inner.end_col_offset : outer.end_col_offset].decode()
@@ -397,11 +400,11 @@ def _activation_counts(code: str) -> dict[str, int]:
     return dict(sorted(((a, n) for a, n in counts.items() if n), key=lambda x: -x[1]))
 
 
-def _activation_hints(code: str, names: Iterable[str], template: int = 0) -> list[str]:
-    """Changes to each activation of ``names``: replace the program's most used one
-    (``CHANGES[...][template]``), or, when it calls none, the general sentence."""
+def _activation_hints(code: str, names: Iterable[str], kind: str = "activation") -> list[str]:
+    """Changes to each activation of ``names`` (``kind``: ``activation`` or ``crossover:
+    an activation``): replace the program's most used one, or, when it calls none, the
+    general sentence."""
     used = _activation_counts(code)
-    kind = "activation" if template == 0 else "crossover: an activation"
     if not used:
         return [CHANGES[kind][1].format(name=name) for name in names]
     old = next(iter(used))
@@ -423,9 +426,7 @@ def _layer_hints(code: str) -> list[list[str]]:
         return [[], [], []]
     layers = _hidden_layers(code)
     has_norm = "LayerNorm" in _flax_names(code)
-    per_name: dict[str, int] = {}
-    for node in layers:
-        per_name[node.targets[0].id] = per_name.get(node.targets[0].id, 0) + 1
+    per_name = Counter(node.targets[0].id for node in layers)
     depth, norm, widths = [], [], []
     for node in layers:
         line, name = _segment(code, node), node.targets[0].id
@@ -437,12 +438,11 @@ def _layer_hints(code: str) -> list[list[str]]:
         if activation.args and not has_norm:
             inner = activation.args[0]
             new = _replaced(code, node, inner, f"nn.LayerNorm()({_segment(code, inner)})")
-            if new is not None:
-                norm.append(CHANGES["layer normalization"][0].format(old=line, new=new))
+            norm.append(CHANGES["layer normalization"][0].format(old=line, new=new))
         for dense in _calls(node.value, ("Dense",))[:1]:
-            width = dense.args[0] if dense.args else None
-            if width is None or _segment(code, width) is None:
+            if not dense.args:
                 continue
+            width = dense.args[0]
             text = _segment(code, width)
             number = _number(width)
             if number is not None and re.fullmatch(r"\d+", number):
@@ -451,8 +451,7 @@ def _layer_hints(code: str) -> list[list[str]]:
                 news = [f"2 * {text}", f"max({text} // 2, 1)"]
             for value in news:
                 new = _replaced(code, node, width, value)
-                if new is not None:
-                    widths.append(CHANGES["skip or widths"][1].format(old=line, new=new))
+                widths.append(CHANGES["skip or widths"][1].format(old=line, new=new))
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assign) or _segment(code, node) is None:
             continue
@@ -463,25 +462,13 @@ def _layer_hints(code: str) -> list[list[str]]:
             )
             if applied is None or len(applied.args) != 1:
                 continue
-            line = _segment(code, node)
-            new = _replaced(code, node, applied, _segment(code, applied.args[0]) or "")
-            if _segment(code, applied.args[0]) == _segment(code, node.targets[0]):
+            line, argument = _segment(code, node), _segment(code, applied.args[0])
+            if argument == _segment(code, node.targets[0]):  # h = nn.LayerNorm()(h)
                 norm.append(CHANGES["layer normalization"][2].format(line=line))
-            elif new is not None:
+            else:
+                new = _replaced(code, node, applied, argument)
                 norm.append(CHANGES["layer normalization"][1].format(old=line, new=new))
     return [list(dict.fromkeys(g)) for g in (depth, norm, widths)]
-
-
-def _term_entries(code: str) -> dict[str, list[tuple[ast.expr, ast.expr]]]:
-    """Each term's ``(key, value)`` nodes in the dicts the program returns."""
-    tree = _parse(code)
-    entries: dict[str, list[tuple[ast.expr, ast.expr]]] = {}
-    for node in ast.walk(tree) if tree is not None else ():
-        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
-            for key, value in zip(node.value.keys, node.value.values, strict=True):
-                if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    entries.setdefault(key.value, []).append((key, value))
-    return entries
 
 
 def _entry(code: str, key: ast.expr, value: ast.expr) -> str | None:
@@ -636,7 +623,9 @@ def _crossover_hints(
         theirs = _flax_names(donor)
         return [
             _activation_hints(
-                best, [a for a in ACTIVATIONS if a in theirs and a not in used], template=1
+                best,
+                [a for a in ACTIVATIONS if a in theirs and a not in used],
+                kind="crossover: an activation",
             ),
             list(CHANGES["crossover: layer normalization"])
             if "LayerNorm" in theirs and "LayerNorm" not in used
