@@ -32,6 +32,7 @@ from serl_jax.lob.engine import LOB_ENGINES
 from serl_jax.market.propagator import PropagatorConfig
 from serl_jax.rl.hybrid import HybridConfig
 from serl_jax.rl.marl import ALGORITHMS, MARLConfig
+from serl_jax.rl.network_switch import SWITCH_NETWORKS
 from serl_jax.rl.networks import check_action_multiples, declared_prior_anchor, make_network
 from serl_jax.rl.ppo import ActionPrior, PPOConfig, no_action_prior
 
@@ -368,9 +369,22 @@ class LoopConfig:
             reward and prior chosen per lane by an index
             (:func:`serl_jax.loop.evaluation.evaluate_batch`): candidates whose network
             programs differ at most in the declared prior anchor (reward candidates with
-            the incumbent network, anchor moves); one compilation instead of K; 1: one
+            the incumbent network, anchor moves; any networks with ``switch_networks``);
+            one compilation instead of K; 1: one
             candidate at a time. A batch holds ``candidate_batch * run.num_seeds *
             ppo.num_envs`` parallel episodes.
+        switch_networks: whether candidates with different network programs (the same
+            declared action set) train together too, behind an index
+            (:class:`serl_jax.rl.network_switch.NetworkSwitch`) and taking turns
+            (:func:`serl_jax.rl.network_switch.map_candidates`), one compilation for the
+            batch: ``always``, ``never`` (each network compiles its own program), or
+            ``auto`` (always when JAX's default device is a GPU or TPU, never on the CPU;
+            :func:`serl_jax.rl.network_switch.switches_networks`). On 2 CPU cores
+            (default preset, 6 library networks) compile seconds per candidate fall 2x and
+            training seconds grow 1.3-1.4x: 1.15x the candidates per hour at the search's
+            short stage, 0.98x at 40 updates (``benchmarks/bench_loop.py --slot
+            network``), and a 12-minute search took the same wall time either way; on a
+            GPU compiling was 89% of a short-stage candidate's time.
         compilation_cache: keep compiled XLA programs in ``<run>/xla_cache`` (JAX's
             persistent cache), reused by a resumed run.
     """
@@ -386,6 +400,11 @@ class LoopConfig:
             raise ValueError(f"loop.ema_decay: must be in [0, 1), got {self.ema_decay}")
         if self.train_budget_s < 0:
             raise ValueError(f"loop.train_budget_s: must be >= 0, got {self.train_budget_s}")
+        if self.switch_networks not in SWITCH_NETWORKS:
+            raise ValueError(
+                f"loop.switch_networks: expected one of {list(SWITCH_NETWORKS)}, "
+                f"got {self.switch_networks!r}"
+            )
         if self.executor not in LOOP_EXECUTORS:
             raise ValueError(
                 f"loop.executor: expected one of {list(LOOP_EXECUTORS)}, got {self.executor!r}"
@@ -457,6 +476,7 @@ class LoopConfig:
     train_budget_s: float = 1800.0
     validation_workers: int = 2
     candidate_batch: int = 8
+    switch_networks: str = "auto"
     compilation_cache: bool = True
 
 

@@ -53,6 +53,7 @@ from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage,
 from serl_jax.rl.distillation import make_teacher
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
+from serl_jax.rl.network_switch import candidate_networks, map_candidates
 from serl_jax.rl.policy import PPOPolicyParams, make_ppo_policy
 from serl_jax.rl.ppo import TeacherPolicy, make_trainer
 from serl_jax.rl.sharding import (
@@ -344,8 +345,9 @@ def train_policy(
     )  # fmt: skip
     if validation_rollouts is None:
         validation_rollouts = _default_validation_rollouts(
-            cfg, env, network, val_params, lambda _: action_prior, np.zeros(cfg.run.num_seeds)
-        )
+            cfg, env, lambda _: network, val_params, lambda _: action_prior,
+            np.zeros(cfg.run.num_seeds),
+        )  # fmt: skip
     best, validation_pa, validation_shortfall = _select_seed(
         cfg, validation_rollouts(run.params), val_params
     )
@@ -420,6 +422,7 @@ def train_candidates(
     val_params: EnvParams,
     *,
     network: Any = None,
+    networks: Sequence[Any] | None = None,
     action_priors: Sequence[Callable] | None = None,
     progress: bool = False,
     on_chunk: Callable[[int, PPOPolicyParams], None] | None = None,
@@ -428,20 +431,22 @@ def train_candidates(
     dynamic: EnvParams | None = None,
     hybrid: HybridConfig | None = None,
 ) -> list[TrainedPolicy | ValueError]:
-    """Trains K candidates that share one network slot in one compiled program, each as
-    :func:`train_policy` would (in the market of ``train_params``: static, order book or
-    propagator, :func:`make_env`; with ``dynamic`` and ``hybrid`` in two markets at once);
-    candidate ``k`` has its own reward and action prior.
+    """Trains K candidates in one compiled program, each as :func:`train_policy` would (in
+    the market of ``train_params``: static, order book or propagator, :func:`make_env`;
+    with ``dynamic`` and ``hybrid`` in two markets at once); candidate ``k`` has its own
+    reward, action prior and (with ``networks``) network.
 
-    The reward and the prior are data: ``K * num_seeds`` lanes are vmapped, lane
-    ``k * S + s`` runs candidate ``k``'s reward and prior (``lax.switch`` on the lane's
-    index, :func:`serl_jax.components.reward.switch_reward`) with seed ``s``'s key, so K
+    The slots are data: ``K * num_seeds`` lanes are vmapped, lane ``k * S + s`` runs
+    candidate ``k``'s reward and prior (``lax.switch`` on the lane's index,
+    :func:`serl_jax.components.reward.switch_reward`) with seed ``s``'s key, so K
     candidates cost one compilation instead of K, and each candidate's lanes get the
     keys it would get alone (the results equal K :func:`train_policy` runs up to
     floating-point differences of the larger program). Under ``vmap`` a switch evaluates
-    every branch, so only cheap parts are switched: a reward or a prior is a few
-    arithmetic operations per step, a network is not (K networks would cost K times the
-    network's compute), hence one shared network.
+    every branch, which costs little for a reward or a prior (a few arithmetic operations
+    per step) but would cost every lane M networks' compute for M distinct networks
+    (:class:`serl_jax.rl.network_switch.NetworkSwitch`): candidates with different
+    networks take turns instead (:func:`serl_jax.rl.network_switch.map_candidates`, on
+    one device; with several, lanes stay vmapped over the mesh and compute all M).
 
     Args:
         cfg: run configuration, as for :func:`train_policy`.
@@ -449,6 +454,8 @@ def train_candidates(
         train_params, val_params: env parameters of the training and validation days.
         network: the network slot shared by all candidates (default as in
             :func:`train_policy`).
+        networks: K network slots instead, one per candidate (candidates given the same
+            module object share it; :func:`serl_jax.rl.network_switch.candidate_networks`).
         action_priors: K action priors (raw observation ``[..., D]`` -> logit), e.g. of
             network programs that differ only in their declared anchor; default
             ``cfg.network.prior()`` for every candidate.
@@ -468,27 +475,31 @@ def train_candidates(
 
     Returns:
         K entries in ``reward_fns``' order: a :class:`TrainedPolicy` with its own selected
-        seed (``compile_seconds`` and ``train_seconds`` are the batch's, divided equally
-        among the K), or the ``ValueError`` its seed selection raised (non-finite
+        seed, network and that network's parameters (``compile_seconds`` and
+        ``train_seconds`` are the batch's, divided equally among the K), or the
+        ``ValueError`` its seed selection raised (non-finite
         validation outcomes: that candidate's lanes diverged; lanes are independent, so
         the other candidates are unaffected).
 
     Raises:
         ValueError: ``cfg.run.devices`` cannot split the ``K * num_seeds`` lanes,
-            ``action_priors`` is not K long, or only one of ``dynamic`` and ``hybrid`` is
-            given.
+            ``action_priors`` or ``networks`` is not K long, both ``network`` and
+            ``networks`` are given, the networks declare different action sets, or only
+            one of ``dynamic`` and ``hybrid`` is given.
         Exception: whatever a candidate's code raises when traced (the whole batch fails;
             train the candidates one at a time to tell whose fault it is).
     """
-    if network is None:
-        network = cfg.network.build()
     n_candidates, n_seeds = len(reward_fns), cfg.run.num_seeds
+    if networks is None:
+        networks = [cfg.network.build() if network is None else network] * n_candidates
+    elif network is not None:
+        raise ValueError("train_candidates: give network or networks, not both")
     if action_priors is None:
         action_priors = [cfg.network.prior()] * n_candidates
-    if len(action_priors) != n_candidates:
-        raise ValueError(
-            f"train_candidates: {len(action_priors)} action priors for {n_candidates} rewards"
-        )
+    for name, given in (("action priors", action_priors), ("networks", networks)):
+        if len(given) != n_candidates:
+            raise ValueError(f"train_candidates: {len(given)} {name} for {n_candidates} rewards")
+    network_for, member_of = candidate_networks(networks)
 
     def prior_for(index):
         return lambda obs: jax.lax.switch(index, list(action_priors), obs)
@@ -502,6 +513,7 @@ def train_candidates(
 
         def on(data):
             params = train_params.replace(data=data)
+            network = network_for(index)
             if hybrid is None:
                 return make_trainer(cfg.ppo, env, params, network, prior_for(index))
             return make_hybrid_trainer(
@@ -518,14 +530,18 @@ def train_candidates(
     keys = jnp.tile(seed_keys, (n_candidates, 1))
     lane_index = np.repeat(np.arange(n_candidates, dtype=np.int32), n_seeds)
     plan = plan_devices(n_candidates * n_seeds, None, cfg.run.devices)
+    # Behind a network switch, candidates take turns (each lane then computes only its
+    # own network); one device only, as the turns do not follow a mesh's lane split.
+    groups = n_candidates if max(member_of) > 0 and plan.n_devices == 1 else 1
     run = _train_lanes(
         cfg, trainer_for, lane_index, keys, plan,
         progress=progress, description=f"PPO x {n_candidates} candidates", on_chunk=on_chunk,
+        groups=groups,
     )  # fmt: skip
     if validation_rollouts is None:
         validation_rollouts = _default_validation_rollouts(
-            cfg, make_env(val_params, score_reward(cfg)), network, val_params, prior_for,
-            lane_index,
+            cfg, make_env(val_params, score_reward(cfg)), network_for, val_params, prior_for,
+            lane_index, groups,
         )  # fmt: skip
     rollouts = validation_rollouts(run.params)
     out = []
@@ -538,10 +554,13 @@ def train_candidates(
         except ValueError as e:  # this candidate's lanes diverged; the others stand
             out.append(e)
             continue
+        kept = jax.tree.map(lambda x, best=best: x[best], params)
+        if max(member_of) > 0:  # trained behind a switch: keep its own member's
+            kept = kept.replace(params=kept.params[member_of[k]])
         out.append(
             TrainedPolicy(
-                network=network,
-                policy_params=jax.tree.map(lambda x, best=best: x[best], params),
+                network=networks[k],
+                policy_params=kept,
                 selected_seed=best,
                 validation_pa=validation_pa,
                 validation_shortfall=validation_shortfall,
@@ -574,10 +593,12 @@ def _train_lanes(
     progress: bool,
     description: str,
     on_chunk: Callable[[int, PPOPolicyParams], None] | None,
+    groups: int = 1,
 ) -> _LaneRun:
     """Runs ``cfg.ppo.num_updates`` updates on vmapped lanes in jitted chunks; lane ``i``
     uses ``trainer_for(lane_index[i])`` (built inside the trace, so the index may select
-    traced data such as a reward) and ``keys[i]``."""
+    traced data such as a reward) and ``keys[i]``. ``groups`` > 1: the lanes' updates run
+    in that many blocks in turn (:func:`serl_jax.rl.network_switch.map_candidates`)."""
     n_updates = cfg.ppo.num_updates
     chunk = max(1, min(cfg.run.progress_chunk, n_updates))
     lane_index = jnp.asarray(lane_index)
@@ -588,7 +609,10 @@ def _train_lanes(
             return jax.lax.scan(lambda r, _: trainer.update(r), runner, None, length)
 
         def chunk_fn(runners):
-            runners, metrics = jax.vmap(lane_chunk)(lane_index, runners)
+            if groups == 1:
+                runners, metrics = jax.vmap(lane_chunk)(lane_index, runners)
+            else:
+                runners, metrics = map_candidates(lane_chunk, groups, lane_index, runners)
             return constrain_runner(runners, plan), metrics
 
         return jax.jit(chunk_fn)
@@ -632,17 +656,25 @@ def _whole(params: Any) -> Any:
 
 
 def _default_validation_rollouts(
-    cfg: Config, env, network, val_params: EnvParams, prior_for: Callable, lane_index
-) -> Callable:
+    cfg: Config, env, network_for: Callable, val_params: EnvParams, prior_for: Callable,
+    lane_index, groups: int = 1,
+) -> Callable:  # fmt: skip
     """Maps lane parameters ``[L, ...]`` to their deterministic validation rollouts; lane
-    ``i`` acts with the prior ``prior_for(lane_index[i])``."""
+    ``i`` acts with the network ``network_for(lane_index[i])`` and the prior
+    ``prior_for(lane_index[i])`` (in ``groups`` blocks in turn when > 1,
+    :func:`serl_jax.rl.network_switch.map_candidates`)."""
 
     def validation_rollouts(params):
         def one(index, p):
-            policy = make_ppo_policy(network, cfg.ppo.normalize_obs, action_prior=prior_for(index))
+            policy = make_ppo_policy(
+                network_for(index), cfg.ppo.normalize_obs, action_prior=prior_for(index)
+            )
             return rollout(env, policy, p, val_params, jax.random.PRNGKey(0))
 
-        return jax.vmap(one)(jnp.asarray(lane_index, jnp.int32), params)
+        index = jnp.asarray(lane_index, jnp.int32)
+        if groups == 1:
+            return jax.vmap(one)(index, params)
+        return map_candidates(one, groups, index, params)
 
     return validation_rollouts
 

@@ -3,7 +3,7 @@ cluster, batched, with a wall-clock budget and a persistent compilation cache.
 
 :class:`ProgramEvaluator` sends each program to its evaluator, the single-agent one
 (:func:`serl_jax.loop.evaluation.evaluate_program`, or
-:func:`serl_jax.loop.evaluation.evaluate_batch` for programs that share a network) or
+:func:`serl_jax.loop.evaluation.evaluate_batch` for programs that train together) or
 the multi-agent one (:func:`serl_jax.loop.agents_evaluation.evaluate_agents_program`),
 so both evaluators sit below it and neither imports the other's caller.
 
@@ -33,7 +33,7 @@ from jax.experimental.compilation_cache.compilation_cache import reset_cache
 from serl_jax.loop.agents_evaluation import evaluate_agents_program
 from serl_jax.loop.evaluation import ProgramResult, _failed, evaluate_batch, evaluate_program
 from serl_jax.loop.workers import WorkerPool
-from serl_jax.rl.networks import network_code_key
+from serl_jax.rl.networks import action_set_key, network_code_key
 
 __all__ = ["ProgramEvaluator", "compilation_cache", "local_worker_processes", "plan_jobs"]
 
@@ -78,8 +78,8 @@ def _is_multi_agent(task: tuple) -> bool:
 
 
 def _evaluate_job(job: list[tuple]) -> list[ProgramResult] | None:
-    """One unit of work: a single program, or a batch of programs that build the same
-    network (``None``: the batch failed as a whole)."""
+    """One unit of work: a single program, or a batch of programs that train together
+    (:func:`plan_jobs`; ``None``: the batch failed as a whole)."""
     if _is_multi_agent(job[0]):
         return [evaluate_agents_program(*job[0])]
     if len(job) == 1:
@@ -125,18 +125,21 @@ def _imagination_code(task: tuple) -> str:
     return task[5] if len(task) > 5 else ""
 
 
-def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
+def plan_jobs(tasks: list[tuple], batch: int, switch_networks: bool = False) -> list[list[int]]:
     """Groups programs that can train in one compiled program: the same config, market
     and imagination code, and network code equal up to the declared prior anchor
     (:func:`serl_jax.rl.networks.network_code_key`; so they differ in the reward and the
-    anchor only), at most ``batch`` per group, in the order the groups first appear. A
-    multi-agent program trains alone.
+    anchor only) or, with ``switch_networks``, any networks that declare the same action
+    set (:func:`serl_jax.rl.networks.action_set_key`; they train behind a
+    :class:`~serl_jax.rl.network_switch.NetworkSwitch`), at most ``batch`` per group, in
+    the order the groups first appear. A multi-agent program trains alone.
 
     Args:
         tasks: the arguments of :func:`evaluate_program` per program (of
             :func:`serl_jax.loop.agents_evaluation.evaluate_agents_program` for a
             multi-agent one).
         batch: the most programs per group (1: every program alone).
+        switch_networks: group programs with different networks too.
 
     Returns:
         Lists of task indices covering every task once.
@@ -148,10 +151,8 @@ def plan_jobs(tasks: list[tuple], batch: int) -> list[list[int]]:
             order.append([i])
             continue
         config, market, _, network_code = task[:4]
-        key = json.dumps(
-            [config, market, network_code_key(network_code), _imagination_code(task)],
-            sort_keys=True,
-        )
+        network = (action_set_key if switch_networks else network_code_key)(network_code)
+        key = json.dumps([config, market, network, _imagination_code(task)], sort_keys=True)
         chunks = groups.setdefault(key, [])
         if not chunks or len(chunks[-1]) >= batch:
             chunks.append([])
@@ -167,9 +168,9 @@ class ProgramEvaluator:
     stopped at its budget; compiled programs go to a persistent cache when ``cache_dir``
     is set (local processes only: a Ray actor's node may not see the run folder).
 
-    Programs that differ only in their reward and prior anchor train together, up to
-    ``batch`` in one compiled program (:func:`evaluate_batch`; one compilation instead
-    of K).
+    Programs that differ only in their reward and prior anchor (with
+    ``switch_networks``, also in their network) train together, up to ``batch`` in one
+    compiled program (:func:`evaluate_batch`; one compilation instead of K).
     A batch that fails as a whole (a candidate's code raised, the batch overran its
     budget or its worker died) is trained again one program at a time, so that each
     candidate is scored for its own fault only.
@@ -187,6 +188,8 @@ class ProgramEvaluator:
             which its worker process is killed and the program scored as failed with the
             reason (a batch of K gets K times the budget); 0: no budget.
         batch: the most programs trained in one compiled program (1: one at a time).
+        switch_networks: programs with different networks train together too
+            (:func:`plan_jobs`; ``loop.switch_networks``).
         executor: ``"local"`` (this machine's processes) or ``"ray"`` (``workers`` Ray
             actors, :class:`serl_jax.loop.ray_pool.RayPool`; a job that raises or whose
             actor dies fails alone, with the reason).
@@ -205,6 +208,7 @@ class ProgramEvaluator:
         budget_s: float = 0.0,
         batch: int = 1,
         *,
+        switch_networks: bool = False,
         executor: str = "local",
         ray_address: str = "auto",
         ray_num_cpus: float = 1.0,
@@ -213,6 +217,7 @@ class ProgramEvaluator:
         self.workers = int(workers)
         self.budget_s = float(budget_s)
         self.batch = int(batch)
+        self.switch_networks = switch_networks
         self.remote = executor == "ray"
         if self.remote:
             if importlib.util.find_spec("ray") is None:
@@ -243,7 +248,7 @@ class ProgramEvaluator:
             Exception: what :func:`evaluate_program` raises (bad data or config).
             RuntimeError: a worker process could not start.
         """
-        jobs = plan_jobs(tasks, self.batch)
+        jobs = plan_jobs(tasks, self.batch, self.switch_networks)
         retry: list[int] = []
         for job, results, failure in self._run(tasks, jobs):
             if results is not None:

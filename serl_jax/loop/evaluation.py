@@ -21,7 +21,10 @@ lane, candidates x seeds), so K candidates cost one compilation instead of K, an
 scored as if it had trained alone (its lanes get the keys it would get alone). "The same
 network" is the same network code up to the declared prior anchor
 (:func:`serl_jax.rl.networks.network_code_key`): reward candidates with the incumbent
-network, and network candidates that only move the anchor.
+network, and network candidates that only move the anchor. With
+``loop.switch_networks`` different networks train together too, behind a switch, the
+candidates taking turns so that each runs only its own network
+(:mod:`serl_jax.rl.network_switch`).
 
 :func:`evaluate_program` is a plain function of JSON-able arguments, so the outer loop
 can run it in this process or in worker processes
@@ -64,6 +67,7 @@ from serl_jax.experiment import (
 from serl_jax.metrics import compute_metrics, price_advantage, shortfall
 from serl_jax.rl.checkpoint import save_policy
 from serl_jax.rl.mixed_sampling import imagined_vs_real
+from serl_jax.rl.network_switch import candidate_networks, map_candidates
 from serl_jax.rl.networks import network_code_key
 from serl_jax.rl.policy import make_ppo_policy
 
@@ -295,13 +299,16 @@ def evaluate_batch(
     artifact_dirs: list[str | None],
     imagination_code: str = "",
 ) -> list[ProgramResult] | None:
-    """Trains K programs that build the same network in one compiled program
+    """Trains K programs in one compiled program
     (:func:`serl_jax.experiment.train_candidates`) and scores each as
     :func:`evaluate_program` would.
 
-    The programs may differ in their reward and in their network program's declared prior
-    anchor (:func:`serl_jax.rl.networks.network_code_key` equal for all): the first
-    program's network is shared, each program keeps its own reward and prior.
+    Each program keeps its own reward and prior. Programs whose network code is equal up
+    to the declared prior anchor (:func:`serl_jax.rl.networks.network_code_key`) share
+    one network (the first such program's); programs with different networks train
+    behind a switch (:class:`serl_jax.rl.network_switch.NetworkSwitch`), taking turns
+    (:func:`serl_jax.rl.network_switch.map_candidates`): one compilation, each running
+    only its own network.
 
     Args:
         config, market: as for :func:`evaluate_program`.
@@ -315,15 +322,12 @@ def evaluate_batch(
         declared anchor is out of range, fails alone); their ``timing`` holds the batch's
         compile, train and total seconds divided by the programs trained and ``batch``,
         their number. ``None`` when the batch failed as a whole (a program's code raised
-        while the shared program was traced or run): train them one at a time to score
-        each for its own fault.
+        while the shared program was traced or run, or the networks declare different
+        action sets): train them one at a time to score each for its own fault.
 
     Raises:
-        ValueError: the network programs build different networks.
         serl_jax.data.DataError, serl_jax.config.ConfigError: bad data or config.
     """
-    if len({network_code_key(network) for _, network in programs}) > 1:
-        raise ValueError("evaluate_batch: the network programs differ beyond their anchor")
     t_start = time.perf_counter()
     base = config_from_dict(config)
     where = candidate_market(base, market)
@@ -332,7 +336,8 @@ def evaluate_batch(
     with _count_cache_hits() as hits:
         try:
             imagination = load_imagination(base, splits, imagination_code)
-            reward_fns, cfgs, members = [], [], []
+            reward_fns, cfgs, members, networks = [], [], [], []
+            by_key: dict[str, Any] = {}  # network code key -> the module its programs share
             for k, (reward_code, network_code) in enumerate(programs):
                 reward_fn, network = load_program(reward_code, network_code)
                 try:
@@ -340,15 +345,16 @@ def evaluate_batch(
                 except ValueError as e:  # this program's anchor: its own fault
                     results[k] = _failed(f"training failed: ValueError: {e}", t_start)
                     continue
-                if not members:
-                    shared = network
                 reward_fns.append(reward_fn)
                 cfgs.append(cfg_k)
                 members.append(k)
+                networks.append(by_key.setdefault(network_code_key(network_code), network))
             if not members:
                 return results
             priors = [c.network.prior() for c in cfgs]
             names = [_term_names(fn, val_params) for fn in reward_fns]
+            network_for, member_of = candidate_networks(networks)
+            groups = len(members) if max(member_of) > 0 else 1  # switched: in turns
 
             val_env = make_env(val_params, score_reward(base))
 
@@ -356,15 +362,19 @@ def evaluate_batch(
                 def prior(obs):
                     return jax.lax.switch(index, priors, obs)
 
-                return make_ppo_policy(shared, base.ppo.normalize_obs, action_prior=prior)
+                return make_ppo_policy(
+                    network_for(index), base.ppo.normalize_obs, action_prior=prior
+                )
 
             def terms_for(index):
                 return switch_reward_terms(reward_fns, names, index)
 
             lane_index = np.repeat(np.arange(len(members)), base.run.num_seeds).tolist()
-            tracker = _Tracker(lambda _: val_env, terms_for, policy_for, val_params, lane_index)
+            tracker = _Tracker(
+                lambda _: val_env, terms_for, policy_for, val_params, lane_index, groups
+            )
             batch = train_candidates(
-                base, reward_fns, train_params, val_params, network=shared,
+                base, reward_fns, train_params, val_params, networks=networks,
                 action_priors=priors, on_chunk=tracker.on_chunk,
                 validation_rollouts=tracker.final_rollouts, imagination=imagination,
                 dynamic=where.dynamic,
@@ -412,10 +422,12 @@ class _Tracker:
     switched recorder) and ``last`` the latest rollouts and per-episode sums. The
     tracking program is compiled ahead of its first call; ``compile_seconds`` is that
     time (spent inside training's chunk loop, so the caller moves it from training to
-    compilation).
+    compilation). ``groups`` > 1: the lanes roll out in that many blocks in turn
+    (:func:`serl_jax.rl.network_switch.map_candidates`; candidates behind a network
+    switch).
     """
 
-    def __init__(self, env_for, terms_for, policy_for, val_params, lane_index):
+    def __init__(self, env_for, terms_for, policy_for, val_params, lane_index, groups=1):
         index = jnp.asarray(lane_index, jnp.int32)
 
         @jax.jit
@@ -427,7 +439,9 @@ class _Tracker:
                 )  # fmt: skip
                 return out, jax.tree.map(lambda x: x.sum(axis=1), out.recorded)
 
-            return jax.vmap(one)(index, all_params)
+            if groups == 1:
+                return jax.vmap(one)(index, all_params)
+            return map_candidates(one, groups, index, all_params)
 
         self._track = track
         self._compiled = None

@@ -78,6 +78,7 @@ from serl_jax.loop.dispatch import ProgramEvaluator
 from serl_jax.loop.novelty import shown_programs
 from serl_jax.loop.store import Candidate, IterationSummary, RunStore
 from serl_jax.metrics import paired_difference
+from serl_jax.rl.network_switch import switches_networks
 
 __all__ = [
     "LoopOutcome",
@@ -930,6 +931,7 @@ class SERLLoop:
         cache = self.store.root / "xla_cache" if self.loop.compilation_cache else None
         with ProgramEvaluator(
             self.loop.workers, cache, self.loop.train_budget_s, self.loop.candidate_batch,
+            switch_networks=switches_networks(self.loop.switch_networks),
             executor=self.loop.executor, ray_address=self.loop.ray_address,
             ray_num_cpus=self.loop.ray_num_cpus, ray_num_gpus=self.loop.ray_num_gpus,
         ) as evaluator:  # fmt: skip

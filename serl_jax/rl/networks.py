@@ -218,11 +218,38 @@ def network_code_key(code: str) -> str:
         return code
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
-            node.body = [stmt for stmt in node.body if not _declares_anchor(stmt)]
+            node.body = [stmt for stmt in node.body if not _assigns(stmt, PRIOR_ANCHOR_FIELD)]
     key = ast.dump(tree)
     return code if PRIOR_ANCHOR_FIELD in key else key
 
 
-def _declares_anchor(stmt: ast.stmt) -> bool:
+def action_set_key(code: str) -> str:
+    """What a network program declares as its discrete action set, from its code alone
+    (an ``ast.dump`` of the value given to ``action_multiples`` in its classes; "" when
+    none): networks with different keys have policy outputs of different shapes, so
+    they cannot train behind one switch (:mod:`serl_jax.rl.network_switch`). A program
+    that does not parse keys as its whole code.
+
+    Args:
+        code: network program source.
+
+    Returns:
+        The key (a string).
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    values = [
+        ast.dump(stmt.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for stmt in node.body
+        if _assigns(stmt, ACTION_MULTIPLES_FIELD) and stmt.value is not None
+    ]
+    return "|".join(values)
+
+
+def _assigns(stmt: ast.stmt, name: str) -> bool:
     targets = [stmt.target] if isinstance(stmt, ast.AnnAssign) else getattr(stmt, "targets", [])
-    return any(isinstance(t, ast.Name) and t.id == PRIOR_ANCHOR_FIELD for t in targets)
+    return any(isinstance(t, ast.Name) and t.id == name for t in targets)

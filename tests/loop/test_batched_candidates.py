@@ -23,7 +23,7 @@ from serl_jax.experiment import load_splits, train_candidates, train_policy
 from serl_jax.loop import ProgramEvaluator, evaluate_program
 from serl_jax.loop.dispatch import compilation_cache, plan_jobs
 from serl_jax.loop.evaluation import evaluate_batch
-from serl_jax.rl.networks import network_code_key
+from serl_jax.rl.networks import make_network, network_code_key
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
 MARKET = "sample:us_1min"
@@ -128,6 +128,39 @@ def test_batched_training_matches_one_at_a_time_training():
     assert not np.allclose(firsts[0], firsts[1]) and not np.allclose(firsts[0], firsts[2])
 
 
+def test_different_networks_behind_a_switch_train_as_alone():
+    cfg = load_config(TINY)
+    splits = load_splits(cfg, MARKET)
+    train = cfg.env_params(MarketData.from_episodes(splits.train))
+    val = cfg.env_params(MarketData.from_episodes(splits.val))
+    small, deep = make_network((8,), "tanh"), make_network((4, 4), "relu")
+    # (reward, network) per candidate: two networks, the first shared by two rewards.
+    rewards = [load_validated(REWARD, "reward"), load_validated(REWARD, "reward")]
+    rewards.append(load_validated(SHORTFALL, "reward"))
+    networks = [small, deep, small]
+    batch = train_candidates(cfg, rewards, train, val, networks=networks)
+    for reward, network, together in zip(rewards, networks, batch, strict=True):
+        alone = train_policy(
+            cfg, ExecutionEnv(reward_fn=reward), train, val, network=network, progress=False
+        )
+        assert together.network is network
+        np.testing.assert_allclose(
+            together.validation_shortfall, alone.validation_shortfall, atol=1e-2
+        )
+        assert together.selected_seed == alone.selected_seed  # no tie within 1e-2 here
+        leaves = zip(
+            jax.tree.leaves(alone.policy_params),
+            jax.tree.leaves(together.policy_params),
+            strict=True,
+        )  # the member's own parameters, shaped as alone
+        for a, b in leaves:
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="network or networks, not both"):
+        train_candidates(cfg, rewards[:1], train, val, network=small, networks=[small])
+    with pytest.raises(ValueError, match="1 networks for 3 rewards"):
+        train_candidates(cfg, rewards, train, val, networks=[small])
+
+
 @pytest.fixture(scope="module")
 def config():
     return load_config(TINY, ["eval.n_bootstrap=100"]).to_dict()
@@ -166,9 +199,31 @@ def test_a_batch_scores_each_candidate_as_alone(config, tmp_path):
         assert [h["updates"] for h in together.reward_term_stats["history"]] == [
             h["updates"] for h in alone.reward_term_stats["history"]
         ]
-    with pytest.raises(ValueError, match="differ beyond their anchor"):
-        wider = NETWORK.replace("width: int = 64", "width: int = 65")
-        evaluate_batch(config, MARKET, [(REWARD, NETWORK), (REWARD, wider)], [None, None])
+
+
+def test_a_batch_of_different_networks_scores_each_as_alone(config, tmp_path):
+    wider = NETWORK.replace("width: int = 64", "width: int = 65")
+    programs = [(REWARD, NETWORK), (SHORTFALL, wider), (SHORTFALL, with_anchor(12.0))]
+    dirs = [None, str(tmp_path / "wider"), None]
+    tasks = [
+        (config, MARKET, *program, folder) for program, folder in zip(programs, dirs, strict=True)
+    ]
+    with ProgramEvaluator(batch=8, switch_networks=True) as evaluator:
+        results = dict(evaluator.evaluate(tasks))
+    batch = [results[i] for i in range(3)]
+    assert [r.ok for r in batch] == [True, True, True]
+    assert [r.timing["batch"] for r in batch] == [3, 3, 3]  # one compiled program
+    alone = evaluate_program(config, MARKET, *programs[1])
+    for key in ("pa", "shortfall"):
+        assert batch[1].metrics[key] == pytest.approx(alone.metrics[key], abs=1e-2)
+    saved = json.loads((tmp_path / "wider" / "checkpoint" / "policy.json").read_text())
+    assert saved["network_code"] == wider
+    # Different action sets cannot share a switch: the batch fails as a whole (and the
+    # evaluator trains them one at a time).
+    discrete = next(d.code for d in library("network") if d.name == "discrete_mlp")
+    assert (
+        evaluate_batch(config, MARKET, [(REWARD, NETWORK), (REWARD, discrete)], [None] * 2) is None
+    )
 
 
 def test_a_hybrid_batch_in_the_propagator_market_scores_each_candidate_as_alone():
@@ -212,6 +267,11 @@ def test_plan_jobs_groups_programs_that_build_the_same_network(config):
     assert plan_jobs(tasks, 2) == [[0, 2], [1], [3], [4], [5]]
     assert plan_jobs(tasks, 8) == [[0, 2, 4], [1], [3], [5]]
     assert plan_jobs(tasks, 1) == [[i] for i in range(6)]
+    # Behind a switch any networks with the same action set train together.
+    discrete = next(d.code for d in library("network") if d.name == "discrete_mlp")
+    tasks.append((config, MARKET, "r6", discrete, None))
+    assert plan_jobs(tasks, 8, switch_networks=True) == [[0, 1, 2, 4], [3], [5], [6]]
+    assert plan_jobs(tasks, 3, switch_networks=True) == [[0, 1, 2], [3], [4], [5], [6]]
 
 
 def test_persistent_cache_hits_are_counted(config, tmp_path):

@@ -71,6 +71,7 @@ def resumed_run(tmp_path_factory):
         "--config", TINY, "--out", str(tmp / "runs"), "--quiet", "--data", "sample:us_1min",
         "--llm", f"scripted:{script}", "--iterations", "2", "--candidates", "4",
         "loop.min_iterations=2", "eval.n_bootstrap=100", "loop.train_budget_s=0",
+        "loop.switch_networks=never",  # a network candidate trains alone, counted here
     ]  # fmt: skip
     calls: list[str] = []
     real = dispatch.evaluate_program

@@ -107,7 +107,8 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_a_job(cluster, tmp_
         ["loop.market=sample:us_1min", "loop.iterations=1", "loop.min_iterations=1",
          "loop.candidates=2", "loop.executor=ray", "loop.workers=2", "loop.ray_num_cpus=1",
          "loop.train_budget_s=0", "loop.repair_attempts=0", "eval.n_bootstrap=50",
-         "run.num_seeds=1", "ppo.total_timesteps=1024"],  # 2 updates, 1 seed: CI time
+         "run.num_seeds=1", "ppo.total_timesteps=1024",  # 2 updates, 1 seed: CI time
+         "loop.switch_networks=never"],  # two jobs in j1: the reward and the network alone
     )  # fmt: skip
     fence = "A change:\n```python\n{}```\n"
     backend = ScriptedBackend(
