@@ -212,9 +212,8 @@ def network_code_key(code: str) -> str:
     Returns:
         The key (a string).
     """
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    tree = _parse(code)
+    if tree is None:
         return code
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
@@ -230,15 +229,10 @@ def action_set_key(code: str) -> str:
     they cannot train behind one switch (:mod:`serl_jax.rl.network_switch`). A program
     that does not parse keys as its whole code.
 
-    Args:
-        code: network program source.
-
-    Returns:
-        The key (a string).
+    Returns the key (a string) of the program source ``code``.
     """
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    tree = _parse(code)
+    if tree is None:
         return code
     values = [
         ast.dump(stmt.value)
@@ -248,6 +242,13 @@ def action_set_key(code: str) -> str:
         if _assigns(stmt, ACTION_MULTIPLES_FIELD) and stmt.value is not None
     ]
     return "|".join(values)
+
+
+def _parse(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        return None
 
 
 def _assigns(stmt: ast.stmt, name: str) -> bool:
