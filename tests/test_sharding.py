@@ -33,22 +33,25 @@ CHILD = textwrap.dedent(
     from serl_jax.config import Config, NetworkConfig, RunConfig
     from serl_jax.envs.execution import EnvParams, ExecutionEnv
     from serl_jax.envs.market_data import trend_market
-    from serl_jax.experiment import train_policy
+    from serl_jax.experiment import train_candidates, train_policy
     from serl_jax.rl.hybrid import HybridConfig
+    from serl_jax.rl.networks import make_network
     from serl_jax.rl.ppo import PPOConfig
     from serl_jax.rl.sharding import plan_devices
 
     static = EnvParams(data=trend_market(n_episodes=6, n_slots=10), lookback=2)
     env = ExecutionEnv()
 
-    def train(seeds, devices, **kw):
-        cfg = Config(
+    def config(seeds, devices):
+        return Config(
             run=RunConfig(num_seeds=seeds, progress_chunk=2, devices=devices),
             ppo=PPOConfig(num_envs=8, num_steps=10, total_timesteps=8 * 10 * 3,
                           num_minibatches=2, group_size=4),
             network=NetworkConfig(hidden_sizes=(8,)),
         )
-        return train_policy(cfg, env, static, static, progress=False, **kw)
+
+    def train(seeds, devices, **kw):
+        return train_policy(config(seeds, devices), env, static, static, progress=False, **kw)
 
     def gap(a, b):  # largest relative difference of parameters and curves
         pairs = list(zip(jax.tree.leaves(a.policy_params), jax.tree.leaves(b.policy_params)))
@@ -67,6 +70,17 @@ CHILD = textwrap.dedent(
             "gap": gap(four, one),
             "same_seed": one.selected_seed == four.selected_seed,
         }
+    # Two networks behind a switch: in turns on one device, one vmap over a 4-device mesh.
+    networks = [make_network((8,)), make_network((4, 4), "relu")]
+    pair = {
+        n: train_candidates(config(2, n), [env.reward_fn] * 2, static, static, networks=networks)
+        for n in (1, 4)
+    }
+    out["switch"] = {
+        "devices": [pair[1][0].devices, pair[4][0].devices],
+        "gap": max(gap(four, one) for one, four in zip(pair[1], pair[4])),
+        "same_seed": all(a.selected_seed == b.selected_seed for a, b in zip(pair[1], pair[4])),
+    }
     hybrid = train(2, 0, dynamic=(env, static), hybrid=HybridConfig(dynamic_envs=4))
     out["hybrid"] = [hybrid.devices, hybrid.device_split]
     auto = plan_devices(4, 8)
@@ -199,6 +213,15 @@ def test_episodes_split_over_four_devices_give_the_one_device_result(four_device
     r = four_devices["episodes"]
     assert r["devices"] == [1, 4] and r["split"] == "episodes"
     # cross-device sums change the summation order only
+    assert r["gap"] < 1e-3
+    assert r["same_seed"]
+
+
+def test_networks_behind_a_switch_over_four_devices_give_the_one_device_result(four_devices):
+    """On one device candidates with different networks take turns; over a mesh their
+    lanes stay in one vmap (every lane computes both networks): the same training."""
+    r = four_devices["switch"]
+    assert r["devices"] == [1, 4]
     assert r["gap"] < 1e-3
     assert r["same_seed"]
 
