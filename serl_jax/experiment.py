@@ -609,10 +609,7 @@ def _train_lanes(
             return jax.lax.scan(lambda r, _: trainer.update(r), runner, None, length)
 
         def chunk_fn(runners):
-            if groups == 1:
-                runners, metrics = jax.vmap(lane_chunk)(lane_index, runners)
-            else:
-                runners, metrics = map_candidates(lane_chunk, groups, lane_index, runners)
+            runners, metrics = map_candidates(lane_chunk, groups, lane_index, runners)
             return constrain_runner(runners, plan), metrics
 
         return jax.jit(chunk_fn)
@@ -671,10 +668,7 @@ def _default_validation_rollouts(
             )
             return rollout(env, policy, p, val_params, jax.random.PRNGKey(0))
 
-        index = jnp.asarray(lane_index, jnp.int32)
-        if groups == 1:
-            return jax.vmap(one)(index, params)
-        return map_candidates(one, groups, index, params)
+        return map_candidates(one, groups, jnp.asarray(lane_index, jnp.int32), params)
 
     return validation_rollouts
 

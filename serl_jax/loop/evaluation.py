@@ -439,8 +439,6 @@ class _Tracker:
                 )  # fmt: skip
                 return out, jax.tree.map(lambda x: x.sum(axis=1), out.recorded)
 
-            if groups == 1:
-                return jax.vmap(one)(index, all_params)
             return map_candidates(one, groups, index, all_params)
 
         self._track = track

@@ -148,7 +148,8 @@ def candidate_networks(
 def map_candidates(fn: Callable, groups: int, lane_index: jax.Array, *lanes: Any) -> Any:
     """``fn(lane_index[i], *lane_i)`` for every lane, where the lanes come in ``groups``
     consecutive blocks of equal size with one index each (candidate-major lanes):
-    ``lax.map`` over the blocks, ``vmap`` over the lanes of a block.
+    ``lax.map`` over the blocks, ``vmap`` over the lanes of a block (``groups == 1``:
+    one ``vmap`` over all lanes, whatever their indices).
 
     Inside a block the index is a scalar, not a batched value, so a ``lax.switch`` on
     it (a :class:`NetworkSwitch`, a switched reward) runs only the block's branch: K
@@ -159,7 +160,7 @@ def map_candidates(fn: Callable, groups: int, lane_index: jax.Array, *lanes: Any
     Args:
         fn: ``(index, *lane) -> out`` for one lane (``index`` an int32 scalar).
         groups: the number of blocks (>= 1, dividing the number of lanes).
-        lane_index: ``[L]`` int32, constant within each block.
+        lane_index: ``[L]`` int32, constant within each block (any, for one block).
         *lanes: pytrees with a leading ``[L]`` axis.
 
     Returns:
@@ -171,6 +172,8 @@ def map_candidates(fn: Callable, groups: int, lane_index: jax.Array, *lanes: Any
     n_lanes = lane_index.shape[0]
     if groups < 1 or n_lanes % groups:
         raise ValueError(f"map_candidates: {groups} blocks do not divide {n_lanes} lanes")
+    if groups == 1:
+        return jax.vmap(fn)(lane_index, *lanes)
     size = n_lanes // groups
 
     def block(x):
