@@ -409,7 +409,7 @@ def test_int8_quantization_is_the_float_model_within_rounding(model_dirs):
     """``quantize="int8"``: every linear weight becomes int8 (one scale per output
     channel); teacher-forced on float32's greedy tokens, the next-token log-probabilities
     stay within the rounding of float32's and the top token is float32's wherever
-    float32's lead exceeds twice that rounding; the reported log-probabilities are those
+    float32's lead exceeds twice that position's rounding; the reported log-probabilities are those
     of the quantized model's own forward pass."""
     pytest.importorskip("torchao")
     folder = str(model_dirs["plain"])
@@ -425,8 +425,11 @@ def test_int8_quantization_is_the_float_model_within_rounding(model_dirs):
         [[greedy]] = exact.generate_with_logprobs([prompt], temperature=0, max_new_tokens=20)
         want = next_token_logprobs(exact, prompt, greedy.token_ids)
         got = next_token_logprobs(int8, prompt, greedy.token_ids)
-        rounding = (got - want).abs().max()
-        assert 1e-4 < rounding < 0.25  # quantized, not the same numbers; close (nats)
+        rounding = (got - want).abs().max(dim=-1).values  # per position, over the vocabulary
+        assert 1e-4 < rounding.max() < 0.25  # quantized, not the same numbers; close (nats)
+        # Where every log-probability moved by at most r and float32's lead exceeds 2r, the
+        # quantized top token is float32's (a bound per position: int8 kernels round
+        # differently on AVX2 and AVX-512 CPUs, so one worst case would mask every position).
         top2 = want.topk(2, dim=-1).values
         clear = top2[:, 0] - top2[:, 1] > 2 * rounding
         assert clear.sum() >= len(clear) // 4  # the comparison below is not vacuous
