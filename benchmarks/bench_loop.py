@@ -7,7 +7,7 @@ candidate compiled and trained alone) and ``batch=K`` (one compiled program for 
 default network, the reward chosen per lane by an index (``loop.candidate_batch``).
 ``--slot network``: K distinct library networks (same action set) with the default
 reward, behind a :class:`serl_jax.rl.network_switch.NetworkSwitch`
-(``loop.switch_networks=always``), where every lane computes all K networks.
+(``loop.switch_networks=always``), the candidates taking turns.
 ``--short`` trains the search's short stage (``search.short_fraction`` of the updates).
 
 Prints per setting the wall time, candidates per hour, compile and train seconds per

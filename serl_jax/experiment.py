@@ -50,6 +50,7 @@ from serl_jax.lob.engine import resolve_engine
 from serl_jax.market.params import MarketParams, load_market_params
 from serl_jax.market.propagator import PropagatorParams
 from serl_jax.metrics import ExecutionMetrics, compute_metrics, price_advantage, shortfall
+from serl_jax.rl.compilation import compile_lightly
 from serl_jax.rl.distillation import make_teacher
 from serl_jax.rl.hybrid import HybridConfig, make_hybrid_trainer
 from serl_jax.rl.mixed_sampling import Imagination, mix_imagined
@@ -216,7 +217,7 @@ class TrainedPolicy:
 
     Attributes:
         network: the flax module (network slot) that was trained.
-        policy_params: parameters of the selected seed (no seed axis).
+        policy_params: parameters of the selected seed (no seed axis; NumPy arrays).
         selected_seed: index of the selected seed: the best on validation days by
             ``cfg.loop.score`` (mean shortfall, or mean PA).
         validation_pa: ``[num_seeds]`` mean PA (bps) of each seed on validation days.
@@ -351,9 +352,11 @@ def train_policy(
     best, validation_pa, validation_shortfall = _select_seed(
         cfg, validation_rollouts(run.params), val_params
     )
+    # Indexed on the host: indexing device arrays compiles a program per leaf shape.
+    kept = jax.tree.map(lambda x: x[best], jax.device_get(run.params))
     return TrainedPolicy(
         network=network,
-        policy_params=jax.tree.map(lambda x: x[best], run.params),
+        policy_params=kept,
         selected_seed=best,
         validation_pa=validation_pa,
         validation_shortfall=validation_shortfall,
@@ -544,10 +547,12 @@ def train_candidates(
             lane_index, groups,
         )  # fmt: skip
     rollouts = validation_rollouts(run.params)
+    # Selected on the host: indexing device arrays compiles a program per leaf shape.
+    all_params = jax.device_get(run.params)
     out = []
     for k in range(n_candidates):
         lanes = slice(k * n_seeds, (k + 1) * n_seeds)
-        params = jax.tree.map(lambda x, lanes=lanes: x[lanes], run.params)
+        params = jax.tree.map(lambda x, lanes=lanes: x[lanes], all_params)
         mine = jax.tree.map(lambda x, lanes=lanes: x[lanes], rollouts)
         try:
             best, validation_pa, validation_shortfall = _select_seed(cfg, mine, val_params)
@@ -614,8 +619,12 @@ def _train_lanes(
 
         return jax.jit(chunk_fn)
 
-    init = jax.jit(jax.vmap(lambda index, key: trainer_for(index).init(key)))
+    def init_lanes(index, key):
+        return trainer_for(index).init(key)
+
     t0 = time.perf_counter()
+    # Run once: compiled with less backend optimization (serl_jax.rl.compilation).
+    init = compile_lightly(jax.jit(jax.vmap(init_lanes)).lower(lane_index, keys))
     runner = shard_runner(init(lane_index, keys), plan)
     step_chunk = run_chunk(chunk).lower(runner).compile()
     remainder = n_updates % chunk
