@@ -9,6 +9,11 @@ default network, the reward chosen per lane by an index (``loop.candidate_batch`
 reward, behind a :class:`serl_jax.rl.network_switch.NetworkSwitch`
 (``loop.switch_networks=always``), the candidates taking turns.
 ``--short`` trains the search's short stage (``search.short_fraction`` of the updates).
+``--workers W`` adds a third setting: the K candidates on W worker processes, the batch
+split into W near-equal parts (:func:`serl_jax.loop.dispatch.plan_jobs`), against one batch of K in one
+process (what W workers did before: one trained the batch, the others waited); its wall
+time includes starting the processes and loading the market in each, which a search pays
+once per run, so the slowest worker's job seconds are printed too.
 
 Prints per setting the wall time, candidates per hour, compile and train seconds per
 candidate, the share of candidate time spent compiling, and the ratio to sequential;
@@ -39,6 +44,7 @@ from llm.prompts import DEFAULT_CODE
 from llm.validate import validate
 from serl_jax.config import load_config
 from serl_jax.loop import ProgramEvaluator
+from serl_jax.loop.dispatch import plan_jobs
 from serl_jax.loop.evaluation import candidate_market
 from serl_jax.rl.networks import action_set_key
 
@@ -52,6 +58,7 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny", help="configs/<preset>.yaml")
     parser.add_argument("--market", default="sample:us_1min")
     parser.add_argument("--short", action="store_true", help="the search's short stage")
+    parser.add_argument("--workers", type=int, default=1, help="W > 1: also K split over W")
     args = parser.parse_args()
 
     cfg = load_config(ROOT / "configs" / f"{args.preset}.yaml")
@@ -84,14 +91,21 @@ def main() -> None:
         f"{'compile share':>14} {'ratio':>6}"
     )
     figures, scores = {}, {}
-    for name, batch in (("sequential", 1), ("batched", len(tasks))):
+    settings = [("sequential", 1, 1), ("batched", len(tasks), 1)]
+    if args.workers > 1:
+        settings.append((f"split {args.workers}", len(tasks), args.workers))
+    for name, batch, workers in settings:
         jax.clear_caches()
+        jobs = plan_jobs(tasks, batch, True, workers)
         t0 = time.perf_counter()
-        with ProgramEvaluator(workers=1, batch=batch, switch_networks=True) as evaluator:
+        with ProgramEvaluator(workers, batch=batch, switch_networks=True) as evaluator:
             results = dict(evaluator.evaluate(tasks))
         wall = time.perf_counter() - t0
         assert all(r.ok for r in results.values()), [r.error for r in results.values()]
-        assert all(r.timing.get("batch", 1) == batch for r in results.values())
+        assert all(results[i].timing.get("batch", 1) == len(job) for job in jobs for i in job)
+        if workers > 1:
+            job_s = max(sum(results[i].timing["total"] for i in job) for job in jobs)
+            print(f"{name}: jobs of {[len(j) for j in jobs]}, slowest job {job_s:.1f} s")
         compile_s = sum(r.timing["compile"] for r in results.values())
         train_s = sum(r.timing["train"] for r in results.values())
         total_s = sum(r.timing["total"] for r in results.values())
@@ -103,7 +117,8 @@ def main() -> None:
             f"{name:>12} {wall:>8.1f} {per_hour:>10.0f} {compile_s / len(tasks):>10.2f} "
             f"{train_s / len(tasks):>8.2f} {compile_s / total_s:>14.0%} {ratio:>5.2f}x"
         )
-    gap = max(abs(a - b) for a, b in zip(scores["sequential"], scores["batched"], strict=True))
+    reference = scores["sequential"]
+    gap = max(abs(a - b) for s in scores.values() for a, b in zip(reference, s, strict=True))
     print(f"largest difference of a candidate's validation shortfall: {gap:.4f} bps")
     assert gap < 0.05, "batched and sequential evaluation disagree"
     (seq, seq_c, seq_t), (bat, bat_c, bat_t) = figures["sequential"], figures["batched"]

@@ -346,7 +346,9 @@ class LoopConfig:
             iterations (0: never).
         workers: candidates trained at once in separate processes (1: in this process,
             unless ``train_budget_s`` is set); with ``executor: ray``, the Ray actors, one
-            job each at a time.
+            job each at a time. A round with fewer batches (``candidate_batch``) than
+            workers has its batches split into near-equal parts, one a worker
+            (:func:`serl_jax.loop.dispatch.plan_jobs`).
         executor: where candidates train: ``local`` (this machine's processes) or
             ``ray`` (actors on a Ray cluster, :mod:`serl_jax.loop.ray_pool`; needs
             ``pip install -e ".[distributed]"``). Validation stays in the driver's sandbox;

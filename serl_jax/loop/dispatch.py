@@ -125,7 +125,9 @@ def _imagination_code(task: tuple) -> str:
     return task[5] if len(task) > 5 else ""
 
 
-def plan_jobs(tasks: list[tuple], batch: int, switch_networks: bool = False) -> list[list[int]]:
+def plan_jobs(
+    tasks: list[tuple], batch: int, switch_networks: bool = False, workers: int = 1
+) -> list[list[int]]:
     """Groups programs that can train in one compiled program: the same config, market
     and imagination code, and network code equal up to the declared prior anchor
     (:func:`serl_jax.rl.networks.network_code_key`; so they differ in the reward and the
@@ -134,12 +136,20 @@ def plan_jobs(tasks: list[tuple], batch: int, switch_networks: bool = False) -> 
     :class:`~serl_jax.rl.network_switch.NetworkSwitch`), at most ``batch`` per group, in
     the order the groups first appear. A multi-agent program trains alone.
 
+    With fewer groups than ``workers``, groups are split into consecutive parts of
+    near-equal size, one more part at a time for the group whose largest part is the
+    largest (the first of equals), until there are ``workers`` groups or every group is
+    one program, so no worker waits while another compiles a whole batch: a
+    short-stage batch's time is mostly compiling on a GPU (89% on an H200, 2026-11-28),
+    and K programs compile in less time than 2K.
+
     Args:
         tasks: the arguments of :func:`evaluate_program` per program (of
             :func:`serl_jax.loop.agents_evaluation.evaluate_agents_program` for a
             multi-agent one).
         batch: the most programs per group (1: every program alone).
         switch_networks: group programs with different networks too.
+        workers: groups trained at once (``loop.workers``).
 
     Returns:
         Lists of task indices covering every task once.
@@ -158,7 +168,21 @@ def plan_jobs(tasks: list[tuple], batch: int, switch_networks: bool = False) -> 
             chunks.append([])
             order.append(chunks[-1])
         chunks[-1].append(i)
-    return order
+    parts = [1] * len(order)
+    while sum(parts) < workers and order:
+        j = max(range(len(order)), key=lambda j: -(-len(order[j]) // parts[j]))
+        if len(order[j]) <= parts[j]:
+            break  # every job is one program a part
+        parts[j] += 1
+    return [chunk for job, p in zip(order, parts, strict=True) for chunk in _split(job, p)]
+
+
+def _split(job: list[int], parts: int) -> list[list[int]]:
+    """``job`` in ``parts`` consecutive pieces whose sizes differ by at most one, the
+    larger first."""
+    size, extra = divmod(len(job), parts)
+    bounds = [k * size + min(k, extra) for k in range(parts + 1)]
+    return [job[bounds[k] : bounds[k + 1]] for k in range(parts)]
 
 
 class ProgramEvaluator:
@@ -248,7 +272,7 @@ class ProgramEvaluator:
             Exception: what :func:`evaluate_program` raises (bad data or config).
             RuntimeError: a worker process could not start.
         """
-        jobs = plan_jobs(tasks, self.batch, self.switch_networks)
+        jobs = plan_jobs(tasks, self.batch, self.switch_networks, self.workers)
         retry: list[int] = []
         for job, results, failure in self._run(tasks, jobs):
             if results is not None:

@@ -274,6 +274,24 @@ def test_plan_jobs_groups_programs_that_build_the_same_network(config):
     assert plan_jobs(tasks, 3, switch_networks=True) == [[0, 1, 2], [3], [4], [5], [6]]
 
 
+def test_plan_jobs_splits_groups_for_idle_workers(config):
+    other = dict(config, seed_note="another config")
+    tasks = [(config, MARKET, f"r{i}", NETWORK, None) for i in range(6)]
+    tasks.append((other, MARKET, "r6", NETWORK, None))
+    assert plan_jobs(tasks, 8) == [[0, 1, 2, 3, 4, 5], [6]]
+    assert plan_jobs(tasks, 8, workers=2) == [[0, 1, 2, 3, 4, 5], [6]]  # no worker idle
+    assert plan_jobs(tasks, 8, workers=3) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert plan_jobs(tasks, 8, workers=4) == [[0, 1], [2, 3], [4, 5], [6]]
+    assert plan_jobs(tasks, 8, workers=20) == [[i] for i in range(7)]
+    # Near-equal parts, the larger first: 7 programs in 3 parts are 3 + 2 + 2.
+    same = [(config, MARKET, f"r{i}", NETWORK, None) for i in range(7)]
+    assert plan_jobs(same, 8, workers=3) == [[0, 1, 2], [3, 4], [5, 6]]
+    # The cap comes first, then the group with the largest part: 4 + 2 + 1 -> 2 + 2 + 2 + 1.
+    assert plan_jobs(tasks, 4, workers=3) == [[0, 1, 2, 3], [4, 5], [6]]
+    assert plan_jobs(tasks, 4, workers=4) == [[0, 1], [2, 3], [4, 5], [6]]
+    assert plan_jobs([], 8, workers=4) == []
+
+
 def test_persistent_cache_hits_are_counted(config, tmp_path):
     tasks = [(config, MARKET, REWARD, NETWORK, None)]
     # Every program is cached, however fast it compiled (JAX keeps only those that took
