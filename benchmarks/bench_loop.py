@@ -10,10 +10,10 @@ reward, behind a :class:`serl_jax.rl.network_switch.NetworkSwitch`
 (``loop.switch_networks=always``), the candidates taking turns.
 ``--short`` trains the search's short stage (``search.short_fraction`` of the updates).
 ``--workers W`` adds a third setting: the K candidates on W worker processes, the batch
-split into W near-equal parts (:func:`serl_jax.loop.dispatch.plan_jobs`), against one batch of K in one
-process (what W workers did before: one trained the batch, the others waited); its wall
-time includes starting the processes and loading the market in each, which a search pays
-once per run, so the slowest worker's job seconds are printed too.
+split into W near-equal parts (:func:`serl_jax.loop.dispatch.plan_jobs`), against one
+batch of K in one process (what W workers did before: one trained the batch, the others
+waited); its wall time includes starting the processes and loading the market in each,
+which a search pays once per run, so the slowest worker's job seconds are printed too.
 
 Prints per setting the wall time, candidates per hour, compile and train seconds per
 candidate, the share of candidate time spent compiling, and the ratio to sequential;
